@@ -1,0 +1,143 @@
+"""The score-function contract shared by every attention variant.
+
+A *score function* turns queries and keys into unnormalised attention logits::
+
+    scores(query: B×H×Lq×d, key: B×H×Lk×d) -> B×H×Lq×Lk
+
+and :meth:`ScoreFunction.attend` turns them into the attention output
+``softmax(scores)·value`` (B×H×Lq×d_v), with padding masked out. Subclasses
+only have to define :meth:`ScoreFunction.scores`; they may override
+:meth:`ScoreFunction.attend` with a faster path that never materialises more
+than it must, as long as it equals the definition.
+
+Mask convention (the ``nn.MultiheadAttention`` ``key_padding_mask`` one):
+``key_padding_mask`` is a boolean B×Lk tensor with **True = padding**. SDPA's
+boolean ``attn_mask`` means the opposite (True = attend); :func:`sdpa_attend`
+is the one place that converts. A query whose keys are all padding yields a
+zero output row, never NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class ScoreFunction(nn.Module):
+    """Base class: one query–key score function for multi-head attention.
+
+    Args:
+        n_heads: number of heads H; parameters a score function owns are per head.
+        head_dim: size d of each head's query and key vectors.
+
+    Subclasses set the class attribute ``name`` (the registry key and the
+    ``attention=<name>`` config choice) and implement :meth:`scores`.
+    """
+
+    name: str = ""
+
+    def __init__(self, n_heads: int, head_dim: int) -> None:
+        super().__init__()
+        if n_heads < 1 or head_dim < 1:
+            raise ValueError(
+                f"{type(self).__name__}: n_heads and head_dim must be >= 1, got n_heads={n_heads}, "
+                f"head_dim={head_dim}; change model.n_heads / model.d_model."
+            )
+        self.n_heads = n_heads
+        self.head_dim = head_dim
+
+    def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """Attention logits.
+
+        Args:
+            query: B×H×Lq×d.
+            key: B×H×Lk×d.
+
+        Returns:
+            scores: B×H×Lq×Lk, before masking and softmax.
+        """
+        raise NotImplementedError
+
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+    ) -> Tensor:
+        """Attention output ``softmax(scores(query, key))·value`` (the definition).
+
+        Args:
+            query: B×H×Lq×d.
+            key: B×H×Lk×d.
+            value: B×H×Lk×d_v.
+            key_padding_mask: optional bool B×Lk, True marks padding keys.
+            dropout_p: dropout probability applied to the attention weights.
+
+        Returns:
+            B×H×Lq×d_v; rows whose keys are all padding are zero.
+        """
+        weights = masked_softmax(self.scores(query, key), key_padding_mask)
+        if dropout_p > 0.0:
+            weights = F.dropout(weights, p=dropout_p, training=True)
+        return weights @ value
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, head_dim={self.head_dim}"
+
+
+def masked_softmax(scores: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """Softmax over keys with padding excluded.
+
+    Args:
+        scores: B×H×Lq×Lk logits.
+        key_padding_mask: optional bool B×Lk, True = padding.
+
+    Returns:
+        B×H×Lq×Lk attention weights; each row sums to 1, or is all zeros when
+        every key of that sequence is padding (no NaN in values or gradients).
+    """
+    if key_padding_mask is None:
+        return torch.softmax(scores, dim=-1)
+    pad = key_padding_mask[:, None, None, :]
+    all_pad = key_padding_mask.all(dim=-1)[:, None, None, None]
+    # Unmask fully padded rows before the softmax (so it never sees a row of
+    # -inf, which gives NaN), then zero them afterwards.
+    weights = torch.softmax(scores.masked_fill(pad & ~all_pad, float("-inf")), dim=-1)
+    return weights.masked_fill(all_pad, 0.0)
+
+
+def sdpa_attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor | None,
+    dropout_p: float,
+    scale: float,
+) -> Tensor:
+    """``softmax(scale·query·keyᵀ)·value`` through ``F.scaled_dot_product_attention``.
+
+    The one place where the True = padding convention is converted to SDPA's
+    boolean ``attn_mask`` (True = attend).
+
+    Args:
+        query: B×H×Lq×d.
+        key: B×H×Lk×d.
+        value: B×H×Lk×d_v.
+        key_padding_mask: optional bool B×Lk, True = padding.
+        dropout_p: attention-weight dropout probability.
+        scale: multiplier of the dot products (passed explicitly to SDPA).
+
+    Returns:
+        B×H×Lq×d_v; zero rows where all keys are padding.
+    """
+    if key_padding_mask is None:
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
+    all_pad = key_padding_mask.all(dim=-1)
+    attend_mask = ~(key_padding_mask & ~all_pad[:, None])
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attend_mask[:, None, None, :], dropout_p=dropout_p, scale=scale
+    )
+    return out.masked_fill(all_pad[:, None, None, None], 0.0)

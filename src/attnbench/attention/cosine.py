@@ -1,0 +1,58 @@
+"""Cosine-similarity score with a learned temperature (QK-norm)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.registry import register
+
+
+@register("cosine")
+class CosineScore(ScoreFunction):
+    """``score(q, k) = τ · cos(q, k) = τ · q̂ᵀk̂`` with a learned τ > 0 per head.
+
+    Henry et al. 2020, *Query-Key Normalization for Transformers*: queries and
+    keys are L2-normalised, so raw similarities lie in [−1, 1] and a learned
+    scale τ (kept positive as exp(log τ)) sets how peaked the softmax can be.
+
+    Args:
+        n_heads: H.
+        head_dim: d.
+        init_temperature: initial τ; ``None`` means √d, which matches the
+            logit range of ``scaled_dot`` for unit-variance q, k at init.
+        eps: added to the norms before dividing (``F.normalize``'s eps).
+
+    Parameters: ``log_temperature`` H (τ = exp(log_temperature)).
+    Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
+    Fast path: SDPA on normalised q, k with the scale folded into q.
+    """
+
+    def __init__(
+        self, n_heads: int, head_dim: int, init_temperature: float | None = None, eps: float = 1e-6
+    ) -> None:
+        super().__init__(n_heads, head_dim)
+        tau0 = math.sqrt(head_dim) if init_temperature is None else float(init_temperature)
+        if not tau0 > 0:
+            raise ValueError(f"cosine: attention.init_temperature must be > 0 (or null for √head_dim), got {tau0}")
+        self.eps = eps
+        self.log_temperature = nn.Parameter(torch.full((n_heads,), math.log(tau0)))
+
+    def temperature(self) -> Tensor:
+        """τ per head, shape H."""
+        return self.log_temperature.exp()
+
+    def _scaled_normalised_query(self, query: Tensor) -> Tensor:
+        return F.normalize(query, dim=-1, eps=self.eps) * self.temperature()[:, None, None]
+
+    def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        key_hat = F.normalize(key, dim=-1, eps=self.eps)
+        return self._scaled_normalised_query(query) @ key_hat.transpose(-2, -1)
+
+    def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        key_hat = F.normalize(key, dim=-1, eps=self.eps)
+        return sdpa_attend(self._scaled_normalised_query(query), key_hat, value, key_padding_mask, dropout_p, scale=1.0)

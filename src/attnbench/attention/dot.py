@@ -1,0 +1,27 @@
+"""Unscaled dot-product score (Luong et al. 2015, "dot")."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.registry import register
+
+
+@register("dot")
+class DotScore(ScoreFunction):
+    """``score(q, k) = qᵀk``, no scaling.
+
+    Luong, Pham, Manning 2015, *Effective Approaches to Attention-based NMT*,
+    eq. 8 ("dot"). Its variance grows linearly with head_dim when q and k have
+    unit-variance components, which is what ``scaled_dot`` corrects.
+
+    Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
+    Fast path: SDPA with ``scale=1``.
+    """
+
+    def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        return query @ key.transpose(-2, -1)
+
+    def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        return sdpa_attend(query, key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -1,0 +1,35 @@
+"""Bilinear ("general") score (Luong et al. 2015)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.registry import register
+
+
+@register("general")
+class GeneralScore(ScoreFunction):
+    """``score(q, k) = qᵀ W k`` with a learned W ∈ R^{d×d} per head.
+
+    Luong, Pham, Manning 2015, eq. 8 ("general"). W is initialised to the
+    identity, so training starts from the unscaled ``dot`` score. Inside a
+    Transformer head W is algebraically redundant with the query/key
+    projections (W_qᵀ W W_k is again one bilinear form); it is kept so the
+    product can measure Luong's three scores side by side.
+
+    Parameters: ``weight`` H×d×d.
+    Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
+    Fast path: SDPA on (q W) and k with ``scale=1``.
+    """
+
+    def __init__(self, n_heads: int, head_dim: int) -> None:
+        super().__init__(n_heads, head_dim)
+        self.weight = nn.Parameter(torch.eye(head_dim).repeat(n_heads, 1, 1))
+
+    def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        return (query @ self.weight) @ key.transpose(-2, -1)
+
+    def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        return sdpa_attend(query @ self.weight, key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -1,0 +1,71 @@
+"""Multi-head attention with a pluggable score function."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from attnbench.attention.base import ScoreFunction
+from attnbench.attention.registry import build_score_function
+
+
+class MultiHeadAttention(nn.Module):
+    """Project, split heads, attend with any :class:`ScoreFunction`, merge heads.
+
+    Vaswani et al. 2017, §3.2.2, with the query–key score replaced by the
+    chosen score function. This module never branches on the score
+    function's name: everything variant-specific lives in the score function.
+
+    Args:
+        d_model: model width; must be divisible by ``n_heads``.
+        n_heads: number of heads H; head_dim = d_model / n_heads.
+        score: registry name of the score function (``dot``, ``additive``, ...).
+        score_options: keyword options of that score function (its YAML).
+        attn_dropout: dropout probability on the attention weights.
+        bias: whether the q/k/v/output projections have biases.
+
+    Shapes: ``forward(x: B×L×d_model, key_padding_mask: bool B×L, True = pad)
+    -> B×L×d_model``.
+
+    Raises:
+        ValueError: if ``d_model`` is not divisible by ``n_heads``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        score: str,
+        score_options: dict[str, Any] | None = None,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                "set model.d_model to a multiple of model.n_heads."
+            )
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.attn_dropout = attn_dropout
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.score_fn: ScoreFunction = build_score_function(
+            score, n_heads=n_heads, head_dim=self.head_dim, **(score_options or {})
+        )
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """B×L×d_model -> B×H×L×head_dim."""
+        b, length, _ = x.shape
+        return x.view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        query, key, value = self.qkv_proj(x).chunk(3, dim=-1)
+        query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)
+        dropout_p = self.attn_dropout if self.training else 0.0
+        out = self.score_fn.attend(query, key, value, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
+        b, _, length, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))

@@ -1,0 +1,130 @@
+"""Callbacks Lightning lacks: whole-run throughput, peak memory, parameter count.
+
+The per-step throughput series comes from Lightning's own ``ThroughputMonitor``
+(configured in ``conf/callbacks/default.yaml`` with :func:`batch_size` and
+:func:`num_tokens`); :class:`RunStats` adds the whole-run figures that go into
+the run summary and ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+
+def batch_size(batch: dict[str, Any]) -> int:
+    """Number of samples in a collated batch (``ThroughputMonitor.batch_size_fn``)."""
+    return int(batch["labels"].shape[0])
+
+
+def num_tokens(batch: dict[str, Any]) -> int:
+    """Non-padding tokens in a collated batch (``ThroughputMonitor.length_fn``)."""
+    return int(batch["num_tokens"])
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory in bytes: CUDA allocator peak on GPU, else the process's peak RSS.
+
+    On CPU this is ``getrusage(RUSAGE_SELF).ru_maxrss`` — the whole process
+    (interpreter, libraries and data included), so compare it across variants
+    of one config, not as the attention's own footprint.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
+
+
+class RunStats(pl.Callback):
+    """Whole-run throughput, peak memory and parameter count.
+
+    Training rate: samples and non-padding tokens of every training step after
+    the first ``warmup_steps``, divided by the wall time of those steps
+    (seconds, CUDA-synchronised; data loading between steps counted, while
+    validation, checkpointing and the first fetch after each of them are not).
+    Test rate: the same over the whole test loop (inference only).
+
+    After a run, :attr:`summary` holds ``train/samples_per_sec``,
+    ``train/tokens_per_sec``, ``train/time_sec`` (the measured steps),
+    ``test/samples_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``
+    and ``model/params``.
+
+    Args:
+        warmup_steps: training steps excluded from the rate (allocator warm-up,
+            kernel selection, first-touch page faults).
+    """
+
+    def __init__(self, warmup_steps: int = 20) -> None:
+        super().__init__()
+        self.warmup_steps = int(warmup_steps)
+        self.summary: dict[str, float] = {}
+        self._reset_train()
+        self._test_samples = 0
+        self._test_tokens = 0
+        self._test_t0 = 0.0
+
+    def _reset_train(self) -> None:
+        self._steps_seen = 0
+        self._train_time = 0.0
+        self._train_samples = 0
+        self._train_tokens = 0
+        self._last_end: float | None = None
+
+    @staticmethod
+    def _now(pl_module: pl.LightningModule) -> float:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        return time.perf_counter()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._reset_train()
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._last_end is None:  # first step after start, validation or checkpointing
+            self._last_end = self._now(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = self._now(pl_module)
+        self._steps_seen += 1
+        if self._steps_seen > self.warmup_steps and self._last_end is not None:
+            self._train_time += now - self._last_end
+            self._train_samples += batch_size(batch)
+            self._train_tokens += num_tokens(batch)
+        self._last_end = now
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._last_end = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._last_end = None
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if self._train_time > 0:
+            self.summary["train/samples_per_sec"] = self._train_samples / self._train_time
+            self.summary["train/tokens_per_sec"] = self._train_tokens / self._train_time
+            self.summary["train/time_sec"] = self._train_time
+        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._test_samples = 0
+        self._test_tokens = 0
+        self._test_t0 = self._now(pl_module)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._test_samples += batch_size(batch)
+        self._test_tokens += num_tokens(batch)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        elapsed = self._now(pl_module) - self._test_t0
+        if elapsed > 0 and self._test_samples:
+            self.summary["test/samples_per_sec"] = self._test_samples / elapsed
+            self.summary["test/tokens_per_sec"] = self._test_tokens / elapsed
+        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))

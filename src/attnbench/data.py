@@ -1,0 +1,415 @@
+"""Text-classification data: HF ``datasets`` in, padded token batches out.
+
+Where the rows come from: ``<local_dir>/<name>/<split>.parquet`` when those
+files exist (``local_dir`` defaults to ``$ATTNBENCH_DATA_DIR``), otherwise the
+Hugging Face Hub (``load_dataset(hub_id)``). Both give the same rows and
+features.
+
+Splits: validation is carved from the training split with a fixed seed
+(``val_size``, ``split_seed``); the official held-out split (SST-2
+``validation``, IMDB/TREC ``test``) is only ever used as the test set.
+
+Tokenizer: trained on the carved training rows only with HF ``tokenizers``
+(WordPiece, or byte-level BPE), then every split is tokenized once and cached
+on disk (``cache_dir/<key>/``) with the tokenizer. The key hashes everything
+that changes the result (source data fingerprint, columns, splits, carving,
+tokenizer settings, ``max_length``), so a second run of the same config
+re-tokenizes nothing and a changed setting never reuses a stale cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
+SPLITS = ("train", "val", "test")
+
+
+class DataUnavailableError(RuntimeError):
+    """Neither local Parquet files nor the Hugging Face Hub could provide the dataset."""
+
+
+class DataConfigError(ValueError):
+    """The data configuration does not fit the dataset (columns, labels, sizes)."""
+
+
+@dataclass
+class TokenizedSplit(Dataset):
+    """One split held in memory: token ids per example and integer labels.
+
+    ``input_ids[i]`` is a list of at most ``max_length`` token ids; ``labels[i]``
+    an int in [0, num_classes); ``row_ids[i]`` the row's index in its source split.
+    """
+
+    input_ids: list[list[int]]
+    labels: list[int]
+    row_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[list[int], int]:
+        return self.input_ids[i], self.labels[i]
+
+
+class PadCollator:
+    """Dynamic padding: pads each batch to its own longest sequence.
+
+    Returns a dict with ``input_ids`` (B×L long), ``padding_mask`` (B×L bool,
+    True = padding), ``labels`` (B long) and ``num_tokens`` (int, non-padding
+    tokens in the batch — what throughput counts).
+    """
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[tuple[list[int], int]]) -> dict[str, Any]:
+        lengths = [max(len(ids), 1) for ids, _ in examples]
+        width = max(lengths)
+        ids = torch.full((len(examples), width), self.pad_id, dtype=torch.long)
+        for row, (seq, _) in enumerate(examples):
+            if seq:
+                ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        lengths_t = torch.tensor(lengths)
+        padding_mask = torch.arange(width)[None, :] >= lengths_t[:, None]
+        labels = torch.tensor([label for _, label in examples], dtype=torch.long)
+        return {"input_ids": ids, "padding_mask": padding_mask, "labels": labels, "num_tokens": int(sum(lengths))}
+
+
+def column(ds: datasets.Dataset, name: str) -> list[Any]:
+    """A whole column as a Python list, read through Arrow in one go (respects indices mappings)."""
+    return ds.with_format("arrow")[name].to_pylist()
+
+
+def _resolve_local_dir(local_dir: str | os.PathLike | None) -> Path | None:
+    if local_dir in (None, ""):
+        return None
+    return Path(os.path.expanduser(str(local_dir))).resolve()
+
+
+class TextClassificationDataModule(pl.LightningDataModule):
+    """LightningDataModule over a Hugging Face text-classification dataset.
+
+    Args:
+        name: short name; the local folder is ``<local_dir>/<name>/``.
+        hub_id: Hugging Face Hub dataset id (e.g. ``stanfordnlp/sst2``).
+        text_column: column holding the text.
+        label_column: column holding the ``ClassLabel``.
+        train_split: source split that is carved into train and validation.
+        test_split: official held-out split, reported as ``test/*``.
+        hub_config: optional Hub configuration name.
+        local_dir: folder of local Parquet mirrors; ``None`` means Hub only.
+        cache_dir: where tokenizers and tokenized splits are cached.
+        val_size: validation fraction (< 1) or row count (>= 1) carved from train.
+        split_seed: seed of that carving (fixed, independent of the run's seed).
+        max_length: truncate every text to at most this many tokens.
+        batch_size: training batch size; ``eval_batch_size`` for val/test.
+        num_workers: DataLoader worker processes.
+        tokenizer: ``{kind: wordpiece|byte_bpe, vocab_size, lowercase, min_frequency}``.
+        max_train_samples, max_eval_samples: optional caps for short runs
+            (``max_eval_samples`` applies to validation and test).
+
+    Raises (from :meth:`prepare_data` / :meth:`setup`):
+        DataUnavailableError: no local files and the Hub unreachable.
+        DataConfigError: missing columns, labels outside the class set, bad sizes.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        hub_id: str,
+        text_column: str,
+        label_column: str,
+        train_split: str = "train",
+        test_split: str = "test",
+        hub_config: str | None = None,
+        local_dir: str | None = None,
+        cache_dir: str = "~/.cache/attnbench",
+        val_size: float = 0.05,
+        split_seed: int = 1234,
+        max_length: int = 128,
+        batch_size: int = 64,
+        eval_batch_size: int = 256,
+        num_workers: int = 0,
+        tokenizer: dict[str, Any] | None = None,
+        max_train_samples: int | None = None,
+        max_eval_samples: int | None = None,
+    ) -> None:
+        super().__init__()
+        for key, value in (("max_length", max_length), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if int(value) < 1:
+                raise DataConfigError(f"data.{key} must be >= 1, got {value}")
+        if not val_size > 0:
+            raise DataConfigError(f"data.val_size must be a fraction in (0, 1) or a row count >= 1, got {val_size}")
+        self.name = name
+        self.hub_id = hub_id
+        self.hub_config = hub_config
+        self.text_column = text_column
+        self.label_column = label_column
+        self.train_split = train_split
+        self.test_split = test_split
+        self.local_dir = _resolve_local_dir(local_dir)
+        self.cache_root = Path(os.path.expanduser(str(cache_dir))).resolve()
+        self.val_size = val_size
+        self.split_seed = split_seed
+        self.max_length = int(max_length)
+        self.batch_size = int(batch_size)
+        self.eval_batch_size = int(eval_batch_size)
+        self.num_workers = int(num_workers)
+        self.tokenizer_cfg = {"kind": "wordpiece", "vocab_size": 16000, "lowercase": True, "min_frequency": 2}
+        self.tokenizer_cfg.update(dict(tokenizer or {}))
+        if self.tokenizer_cfg["kind"] not in ("wordpiece", "byte_bpe"):
+            raise DataConfigError(
+                f"data.tokenizer.kind must be 'wordpiece' or 'byte_bpe', got {self.tokenizer_cfg['kind']!r}"
+            )
+        self.max_train_samples = max_train_samples
+        self.max_eval_samples = max_eval_samples
+        self.splits: dict[str, TokenizedSplit] = {}
+        self.label_names: list[str] = []
+        self.vocab_size = 0
+        self.pad_id = 0
+        self.cache_dir: Path | None = None
+        self._source = ""
+        self.cache_hit: bool | None = None  # set by prepare_data: True when nothing was tokenized
+
+    # ------------------------------------------------------------------ source
+    def _local_files(self) -> dict[str, Path] | None:
+        if self.local_dir is None:
+            return None
+        files = {s: self.local_dir / self.name / f"{s}.parquet" for s in (self.train_split, self.test_split)}
+        missing = [str(p) for p in files.values() if not p.is_file()]
+        if missing:
+            log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).", ", ".join(missing), self.hub_id)
+            return None
+        return files
+
+    def load_raw(self) -> datasets.DatasetDict:
+        """The source splits ``{train_split, test_split}`` as a ``DatasetDict``.
+
+        Raises:
+            DataUnavailableError: neither local files nor the Hub are reachable.
+        """
+        files = self._local_files()
+        if files is not None:
+            log.info("Loading %s from local Parquet files in %s", self.name, self.local_dir / self.name)
+            self._source = str(self.local_dir / self.name)
+            return datasets.load_dataset("parquet", data_files={s: str(p) for s, p in files.items()})
+        try:
+            raw = datasets.load_dataset(self.hub_id, self.hub_config)
+        except Exception as err:  # noqa: BLE001 - any failure here means "not reachable"
+            where = self.local_dir / self.name if self.local_dir else "<unset>"
+            raise DataUnavailableError(
+                f"Cannot load dataset {self.name!r}: no local Parquet files at {where}/"
+                f"{{{self.train_split},{self.test_split}}}.parquet, and the Hugging Face Hub ({self.hub_id}) "
+                f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}. "
+                "Fix: point ATTNBENCH_DATA_DIR (or data.local_dir=...) at a folder with "
+                f"{self.name}/{self.train_split}.parquet and {self.name}/{self.test_split}.parquet, "
+                "or run on a machine that reaches the Hub."
+            ) from err
+        self._source = f"hub:{self.hub_id}"
+        missing = [s for s in (self.train_split, self.test_split) if s not in raw]
+        if missing:
+            raise DataConfigError(f"{self.hub_id} has no split(s) {missing}; it has {list(raw)}")
+        return datasets.DatasetDict({s: raw[s] for s in (self.train_split, self.test_split)})
+
+    # ------------------------------------------------------------------- cache
+    def _cache_key(self, raw: datasets.DatasetDict) -> str:
+        spec = {
+            "version": CACHE_VERSION,
+            "name": self.name,
+            "fingerprints": {s: getattr(raw[s], "_fingerprint", None) for s in raw},
+            "columns": [self.text_column, self.label_column],
+            "splits": [self.train_split, self.test_split],
+            "val_size": self.val_size,
+            "split_seed": self.split_seed,
+            "tokenizer": self.tokenizer_cfg,
+            "max_length": self.max_length,
+        }
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return f"{self.name}-{digest}"
+
+    def _check_columns(self, raw: datasets.DatasetDict) -> list[str]:
+        for split, ds in raw.items():
+            for col in (self.text_column, self.label_column):
+                if col not in ds.column_names:
+                    raise DataConfigError(
+                        f"{self.name}/{split} has no column {col!r}; its columns are {ds.column_names}. "
+                        "Set data.text_column / data.label_column."
+                    )
+        feature = raw[self.train_split].features[self.label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            names = list(feature.names)
+        else:
+            names = [str(x) for x in sorted(set(column(raw[self.train_split], self.label_column)))]
+        if len(names) < 2:
+            raise DataConfigError(f"{self.name}: label column {self.label_column!r} has {len(names)} class(es); need >= 2")
+        for split, ds in raw.items():
+            labels = column(ds, self.label_column)
+            bad = sorted({y for y in labels if not (isinstance(y, int) and 0 <= y < len(names))})
+            if bad:
+                raise DataConfigError(
+                    f"{self.name}/{split}: labels {bad[:5]} are outside the class set 0..{len(names) - 1} "
+                    f"({names}); an unlabeled split (label -1) cannot be used for training or testing."
+                )
+        return names
+
+    def _train_tokenizer(self, texts: list[str]):
+        from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+        cfg = self.tokenizer_cfg
+        special = [PAD_TOKEN, UNK_TOKEN]
+        if cfg["kind"] == "wordpiece":
+            tok = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
+            tok.normalizer = normalizers.BertNormalizer(lowercase=bool(cfg["lowercase"]))
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tok.decoder = decoders.WordPiece()
+            trainer = trainers.WordPieceTrainer(
+                vocab_size=int(cfg["vocab_size"]), min_frequency=int(cfg["min_frequency"]), special_tokens=special
+            )
+        else:
+            tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
+            if cfg["lowercase"]:
+                tok.normalizer = normalizers.Lowercase()
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+            tok.decoder = decoders.ByteLevel()
+            trainer = trainers.BpeTrainer(
+                vocab_size=int(cfg["vocab_size"]),
+                min_frequency=int(cfg["min_frequency"]),
+                special_tokens=special,
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            )
+        tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        tok.enable_truncation(self.max_length)
+        return tok
+
+    def _carve(self, train: datasets.Dataset) -> tuple[datasets.Dataset, datasets.Dataset]:
+        n = len(train)
+        n_val = int(round(self.val_size * n)) if self.val_size < 1 else int(self.val_size)
+        if not 1 <= n_val < n:
+            raise DataConfigError(f"data.val_size={self.val_size} leaves no rows for train or val ({n} rows)")
+        parts = train.train_test_split(test_size=n_val, seed=self.split_seed, shuffle=True)
+        return parts["train"], parts["test"]
+
+    def _build_cache(self, raw: datasets.DatasetDict, target: Path) -> None:
+        names = self._check_columns(raw)
+        train_src = raw[self.train_split].add_column("row_id", list(range(len(raw[self.train_split]))))
+        test_src = raw[self.test_split].add_column("row_id", list(range(len(raw[self.test_split]))))
+        train, val = self._carve(train_src)
+        log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
+        tokenizer = self._train_tokenizer([t or "" for t in column(train, self.text_column)])
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        progress = datasets.utils.logging.is_progress_bar_enabled()
+        datasets.disable_progress_bars()  # "Saving the dataset" bars are noise in a training log
+        try:
+            tokenizer.save(str(tmp / "tokenizer.json"))
+            counts = {}
+            for split, ds in (("train", train), ("val", val), ("test", test_src)):
+                texts = [t or "" for t in column(ds, self.text_column)]
+                ids = [enc.ids for enc in tokenizer.encode_batch(texts)]
+                out = datasets.Dataset.from_dict(
+                    {"input_ids": ids, "label": column(ds, self.label_column), "row_id": column(ds, "row_id")}
+                )
+                out.save_to_disk(str(tmp / split))
+                counts[split] = len(out)
+            meta = {
+                "label_names": names,
+                "vocab_size": tokenizer.get_vocab_size(),
+                "pad_id": tokenizer.token_to_id(PAD_TOKEN),
+                "counts": counts,
+                "source": self._source,
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+            try:
+                tmp.rename(target)  # atomic: a cache dir is complete or absent
+            except OSError:
+                if not (target / "meta.json").is_file():  # another process won the race with a full cache
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            if progress:
+                datasets.enable_progress_bars()
+
+    # -------------------------------------------------------------- lightning
+    def prepare_data(self) -> None:
+        """Load the source, then tokenize and cache it unless a cache for this config exists."""
+        if self.cache_dir is not None and (self.cache_dir / "meta.json").is_file():
+            return
+        raw = self.load_raw()
+        self.cache_root.mkdir(parents=True, exist_ok=True)
+        target = self.cache_root / self._cache_key(raw)
+        if (target / "meta.json").is_file():
+            log.info("Reusing tokenized %s from cache %s", self.name, target)
+            self.cache_hit = True
+        else:
+            self._build_cache(raw, target)
+            log.info("Tokenized %s cached in %s", self.name, target)
+            self.cache_hit = False
+        self.cache_dir = target
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the cached splits into memory (once), applying the sample caps."""
+        if self.splits:
+            return
+        if self.cache_dir is None:
+            self.prepare_data()
+        assert self.cache_dir is not None
+        meta = json.loads((self.cache_dir / "meta.json").read_text())
+        self.label_names = meta["label_names"]
+        self.vocab_size = meta["vocab_size"]
+        self.pad_id = meta["pad_id"]
+        caps = {"train": self.max_train_samples, "val": self.max_eval_samples, "test": self.max_eval_samples}
+        for split in SPLITS:
+            ds = datasets.load_from_disk(str(self.cache_dir / split))
+            if caps[split] is not None and caps[split] < len(ds):
+                ds = ds.shuffle(seed=self.split_seed).select(range(int(caps[split])))
+            self.splits[split] = TokenizedSplit(column(ds, "input_ids"), column(ds, "label"), column(ds, "row_id"))
+        log.info(
+            "%s: %s rows (train/val/test), %d classes %s, vocab %d",
+            self.name,
+            "/".join(str(len(self.splits[s])) for s in SPLITS),
+            self.num_classes,
+            self.label_names,
+            self.vocab_size,
+        )
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.batch_size if split == "train" else self.eval_batch_size,
+            shuffle=shuffle,
+            collate_fn=PadCollator(self.pad_id),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

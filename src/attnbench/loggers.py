@@ -1,0 +1,121 @@
+"""Experiment loggers: W&B (online when credentials exist, else offline) and CSV.
+
+W&B never prompts and never stops training: when it cannot start online it
+falls back to offline, and when it cannot start at all the run goes on with
+the CSV logger and ``metrics.json`` (one warning).
+"""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pytorch_lightning.loggers import CSVLogger, Logger
+
+log = logging.getLogger(__name__)
+
+
+def wandb_credentials_available() -> bool:
+    """True when an API key is set (``WANDB_API_KEY``) or stored in ``~/.netrc``
+    for the W&B host (``WANDB_BASE_URL``, default ``api.wandb.ai``)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    try:
+        path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+        return bool(Path(path).is_file() and netrc.netrc(path).authenticators(host))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    """``auto`` -> ``WANDB_MODE`` if set, else ``online`` with credentials, else ``offline``.
+
+    Raises:
+        ValueError: for a mode other than auto/online/offline/disabled.
+    """
+    if mode not in ("auto", "online", "offline", "disabled"):
+        raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled, got {mode!r}")
+    if mode != "auto":
+        return mode
+    env = os.environ.get("WANDB_MODE")
+    if env in ("online", "offline", "disabled", "dryrun"):
+        return "offline" if env == "dryrun" else env
+    return "online" if wandb_credentials_available() else "offline"
+
+
+def make_wandb_logger(
+    save_dir: Path,
+    name: str,
+    config: dict[str, Any],
+    project: str = "attnbench",
+    entity: str | None = None,
+    group: str | None = None,
+    tags: list[str] | None = None,
+    mode: str = "auto",
+    init_timeout: float = 60.0,
+) -> Logger | None:
+    """A started ``WandbLogger``, or ``None`` if W&B cannot start at all (warns once).
+
+    Args:
+        save_dir: the job's output dir; runs go to ``save_dir/wandb/``.
+        name: run name (``<attention>-<data>-s<seed>``).
+        config: the resolved Hydra config, stored as the run config.
+        mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (see :func:`resolve_wandb_mode`).
+        init_timeout: seconds to wait for an online start before falling back.
+    """
+    mode = resolve_wandb_mode(mode)
+    if mode == "disabled":
+        return None
+    try:
+        import wandb
+        from pytorch_lightning.loggers import WandbLogger
+    except ImportError as err:  # pragma: no cover - wandb is a hard dependency
+        warnings.warn(f"W&B is not installed ({err}); logging to CSV and metrics.json only.", stacklevel=2)
+        return None
+
+    save_dir.mkdir(parents=True, exist_ok=True)
+    attempts = [mode] if mode == "offline" else [mode, "offline"]
+    last_err: Exception | None = None
+    for attempt in attempts:
+        try:
+            wb = WandbLogger(
+                project=project,
+                entity=entity,
+                name=name,
+                group=group,
+                tags=list(tags or []),
+                save_dir=str(save_dir),
+                mode=attempt,
+                config=config,
+                settings=wandb.Settings(init_timeout=init_timeout, console="off", silent=True),
+            )
+            _ = wb.experiment  # start now, so failures surface here and not mid-training
+            if attempt != mode:
+                warnings.warn(
+                    f"W&B could not start {mode} ({last_err}); this run logs offline to "
+                    f"{save_dir / 'wandb'} — upload it later with `wandb sync`.",
+                    stacklevel=2,
+                )
+            return wb
+        except Exception as err:  # noqa: BLE001 - W&B must never stop training
+            last_err = err
+            try:
+                wandb.finish(exit_code=1)
+            except Exception:  # noqa: BLE001
+                pass
+    warnings.warn(
+        f"W&B could not start ({type(last_err).__name__}: {last_err}); logging to CSV and metrics.json only.",
+        stacklevel=2,
+    )
+    return None
+
+
+def make_csv_logger(save_dir: Path) -> CSVLogger:
+    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders)."""
+    return CSVLogger(save_dir=str(save_dir), name="csv", version="")

@@ -1,0 +1,163 @@
+"""LightningModule: loss, metrics, optimizer and learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MaxMetric, MeanMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from attnbench.model import TransformerClassifier
+
+
+def warmup_decay_lambda(warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float):
+    """Multiplier of the base learning rate at optimizer step ``s`` (for ``LambdaLR``).
+
+    Linear warm-up from 0 over ``warmup_steps``, then ``cosine`` or ``linear``
+    decay to ``min_lr_ratio`` at ``total_steps``, or ``constant``.
+
+    Raises:
+        ValueError: for an unknown ``schedule``.
+    """
+    if schedule not in ("cosine", "linear", "constant"):
+        raise ValueError(f"optim.schedule must be 'cosine', 'linear' or 'constant', got {schedule!r}")
+
+    def fn(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+        return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+    return fn
+
+
+class TextClassifierModule(pl.LightningModule):
+    """Trains a :class:`~attnbench.model.TransformerClassifier` with cross-entropy.
+
+    Args:
+        vocab_size, num_classes, max_length, pad_id: from the data module.
+        model: keyword arguments of ``TransformerClassifier`` (``conf/model``).
+        attention: ``{name: <score function>, **options}`` (``conf/attention``).
+        optim: ``lr``, ``weight_decay``, ``betas``, ``eps``, ``warmup_ratio``
+            (fraction of all optimizer steps), ``schedule``, ``min_lr_ratio``.
+
+    Logs ``train/loss`` (per step), ``train/acc``, ``val/loss``, ``val/acc``,
+    ``val/acc_best``, ``test/loss``, ``test/acc``, ``test/f1_macro`` (per epoch).
+    AdamW (Loshchilov & Hutter 2019) with no weight decay on biases, norms and
+    embeddings.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        max_length: int,
+        pad_id: int,
+        model: dict[str, Any],
+        attention: dict[str, Any],
+        optim: dict[str, Any],
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(logger=False)  # the run config is the resolved Hydra config
+        attention = dict(attention)
+        score = attention.pop("name")
+        self.model = TransformerClassifier(
+            vocab_size=vocab_size,
+            num_classes=num_classes,
+            max_length=max_length,
+            score=score,
+            score_options=attention,
+            pad_id=pad_id,
+            **model,
+        )
+        self.optim = dict(optim)
+        metrics = MetricCollection(
+            {
+                "acc": MulticlassAccuracy(num_classes, average="micro"),
+                "f1_macro": MulticlassF1Score(num_classes, average="macro"),
+            }
+        )
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        self.val_acc_best = MaxMetric()
+        self.flops_per_batch = None  # lengths vary per batch; FLOPs are measured by scripts/bench_attention.py
+
+    def forward(self, input_ids: Tensor, padding_mask: Tensor) -> Tensor:
+        """logits B×C for ``input_ids`` B×L and ``padding_mask`` B×L (True = pad)."""
+        return self.model(input_ids, padding_mask)
+
+    def _step(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:
+        logits = self(batch["input_ids"], batch["padding_mask"])
+        return F.cross_entropy(logits, batch["labels"]), logits
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        loss, logits = self._step(batch)
+        self.train_acc(logits.argmax(-1), batch["labels"])
+        bs = batch["labels"].shape[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=bs)
+        return loss
+
+    def on_train_start(self) -> None:
+        self.val_acc_best.reset()  # drop the sanity-check validation
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss, logits = self._step(batch)
+        self.val_loss.update(loss, weight=batch["labels"].shape[0])
+        self.val_metrics.update(logits.argmax(-1), batch["labels"])
+
+    def on_validation_epoch_end(self) -> None:
+        values = self.val_metrics.compute()
+        self.val_metrics.reset()
+        self.log("val/loss", self.val_loss.compute(), prog_bar=False)
+        self.val_loss.reset()
+        self.log("val/acc", values["val/acc"], prog_bar=True)
+        self.log("val/f1_macro", values["val/f1_macro"])
+        self.val_acc_best.update(values["val/acc"])
+        self.log("val/acc_best", self.val_acc_best.compute())
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss, logits = self._step(batch)
+        self.test_loss.update(loss, weight=batch["labels"].shape[0])
+        self.test_metrics.update(logits.argmax(-1), batch["labels"])
+
+    def on_test_epoch_end(self) -> None:
+        self.log_dict(self.test_metrics.compute())
+        self.test_metrics.reset()
+        self.log("test/loss", self.test_loss.compute())
+        self.test_loss.reset()
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        decay, no_decay = [], []
+        for module_name, module in self.model.named_modules():
+            for name, param in module.named_parameters(recurse=False):
+                if not param.requires_grad:
+                    continue
+                plain_weight = name == "weight" and isinstance(module, nn.Linear)
+                (decay if plain_weight else no_decay).append(param)
+        opt = self.optim
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": float(opt.get("weight_decay", 0.01))},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=float(opt["lr"]),
+            betas=tuple(opt.get("betas", (0.9, 0.999))),
+            eps=float(opt.get("eps", 1e-8)),
+        )
+        total = int(self.trainer.estimated_stepping_batches)
+        warmup = max(1, int(float(opt.get("warmup_ratio", 0.1)) * total))
+        fn = warmup_decay_lambda(warmup, total, opt.get("schedule", "cosine"), float(opt.get("min_lr_ratio", 0.0)))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

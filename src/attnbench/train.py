@@ -1,0 +1,218 @@
+"""``train(cfg) -> metrics``: one training job, and the Hydra entry point around it.
+
+    python train.py attention=additive                # one job
+    python train.py -m attention=dot,additive seed=0,1  # a sweep, one W&B group
+    attnbench-train --help                            # config groups and options
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from attnbench.callbacks import RunStats
+from attnbench.data import TextClassificationDataModule
+from attnbench.loggers import make_csv_logger, make_wandb_logger
+from attnbench.module import TextClassifierModule
+
+log = logging.getLogger("attnbench")
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+
+# Lightning's advice to add DataLoader workers does not fit a 2-core machine
+# where collation is cheap; the number of workers is data.num_workers.
+warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to define a `flops_per_batch`.*")
+# Noise from library internals that users cannot act on.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+warnings.filterwarnings("ignore", message=r".*The anonymous setting has no effect.*")
+
+
+def _output_dir(cfg: DictConfig) -> Path:
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path(cfg.get("output_dir") or "outputs/adhoc").resolve()
+
+
+def _wandb_group(cfg: DictConfig) -> str | None:
+    group = cfg.logger.get("wandb", {}).get("group")
+    if group:
+        return str(group)
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return f"{cfg.task_name}-{Path(HydraConfig.get().sweep.dir).name}"
+    return None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)  # atomic: metrics.json is complete or absent
+
+
+def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callback], RunStats]:
+    callbacks: list[pl.Callback] = []
+    for name, cb_cfg in (cfg.get("callbacks") or {}).items():
+        if cb_cfg is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
+            continue
+        extra = {"dirpath": str(output_dir / "checkpoints")} if name == "model_checkpoint" else {}
+        callbacks.append(instantiate(cb_cfg, **extra))
+    stats = next((c for c in callbacks if isinstance(c, RunStats)), None)
+    if stats is None:
+        stats = RunStats()
+        callbacks.append(stats)
+    return callbacks, stats
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train, select the best checkpoint on ``val/acc``, test it, and log everything.
+
+    Args:
+        cfg: the composed config of ``conf/train.yaml``.
+
+    Returns:
+        The run summary (also written to ``<output_dir>/metrics.json`` and the
+        W&B run summary): ``val/acc``, ``val/acc_best``, ``test/acc``,
+        ``test/f1_macro``, throughput (samples/s, tokens/s), ``perf/peak_mem_bytes``
+        (bytes), ``model/params``, ``time/total_sec`` (seconds).
+
+    Raises:
+        attnbench.data.DataUnavailableError, attnbench.data.DataConfigError,
+        ValueError: bad data or model configuration (message says what to change).
+    """
+    t_start = time.perf_counter()
+    output_dir = _output_dir(cfg)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    datamodule: TextClassificationDataModule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+
+    module = TextClassifierModule(
+        vocab_size=datamodule.vocab_size,
+        num_classes=datamodule.num_classes,
+        max_length=datamodule.max_length,
+        pad_id=datamodule.pad_id,
+        model=OmegaConf.to_container(cfg.model, resolve=True),
+        attention=OmegaConf.to_container(cfg.attention, resolve=True),
+        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+    )
+
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    loggers: list = []
+    wandb_logger = None
+    if cfg.logger.get("wandb") is not None:
+        wb_cfg = cfg.logger.wandb
+        wandb_logger = make_wandb_logger(
+            save_dir=output_dir,
+            name=cfg.run_name,
+            config=resolved,
+            project=wb_cfg.project,
+            entity=wb_cfg.get("entity"),
+            group=_wandb_group(cfg),
+            tags=list(wb_cfg.get("tags") or []),
+            mode=wb_cfg.get("mode", "auto"),
+            init_timeout=float(wb_cfg.get("init_timeout", 60)),
+        )
+        if wandb_logger is not None:
+            loggers.append(wandb_logger)
+    if cfg.logger.get("csv") is not None:
+        loggers.append(make_csv_logger(output_dir))
+
+    callbacks, stats = _build_callbacks(cfg, output_dir)
+    trainer: pl.Trainer = instantiate(
+        cfg.trainer, logger=loggers or False, callbacks=callbacks, default_root_dir=str(output_dir)
+    )
+    log.info(
+        "Training %s on %s: %s parameters, output in %s",
+        cfg.attention.name,
+        cfg.data.name,
+        f"{sum(p.numel() for p in module.parameters()):,}",
+        output_dir,
+    )
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
+
+    ckpt_cb = trainer.checkpoint_callback
+    best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
+    trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+    test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+    summary: dict[str, Any] = {**fit_metrics, **test_metrics, **stats.summary}
+    summary["time/total_sec"] = time.perf_counter() - t_start
+    info: dict[str, Any] = {
+        "run_name": cfg.run_name,
+        "attention": cfg.attention.name,
+        "data": cfg.data.name,
+        "seed": int(cfg.seed),
+        "output_dir": str(output_dir),
+        "best_checkpoint": best or None,
+    }
+    if wandb_logger is not None:
+        try:
+            run = wandb_logger.experiment
+            run.summary.update(summary)
+            info.update(wandb_run_id=run.id, wandb_run_dir=str(Path(run.dir).parent), wandb_mode=run.settings.mode)
+            if run.group:
+                info["wandb_group"] = run.group
+        except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+            warnings.warn(f"W&B summary update failed: {err}", stacklevel=1)
+
+    _write_json(output_dir / "metrics.json", {**summary, **info})
+    if wandb_logger is not None:
+        try:
+            import wandb
+
+            wandb.finish()
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"W&B finish failed: {err}", stacklevel=1)
+    _print_summary(summary, info)
+    return summary
+
+
+def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"attnbench · {info['run_name']}", show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in sorted(summary):
+        value = summary[key]
+        table.add_row(key, f"{value:,.4f}" if abs(value) < 1e4 else f"{value:,.0f}")
+    console = Console(stderr=False, soft_wrap=True)
+    console.print(table)
+    console.print(f"Outputs: {info['output_dir']}  (metrics.json, csv/metrics.csv, checkpoints/)")
+    if info.get("wandb_run_dir"):
+        if info.get("wandb_mode") == "offline":
+            console.print(
+                f"W&B offline run: {info['wandb_run_dir']}\n"
+                f"  upload: wandb sync {info['wandb_run_dir']}    browse here: wandb leet {info['wandb_run_dir']}"
+            )
+        else:
+            console.print(f"W&B run: {info['wandb_run_dir']}")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Hydra entry point; returns the metric named by ``optimized_metric`` (for sweepers)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    summary = train(cfg)
+    metric = cfg.get("optimized_metric")
+    return summary.get(metric) if metric else None
+
+
+if __name__ == "__main__":
+    main()

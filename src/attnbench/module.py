@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -13,6 +14,8 @@ from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnbench.model import TransformerClassifier
+
+log = logging.getLogger(__name__)
 
 
 def warmup_decay_lambda(warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float):
@@ -125,7 +128,14 @@ class TextClassifierModule(pl.LightningModule):
         self.log("val/acc", values["val/acc"], prog_bar=True)
         self.log("val/f1_macro", values["val/f1_macro"])
         self.val_acc_best.update(values["val/acc"])
-        self.log("val/acc_best", self.val_acc_best.compute())
+        best = self.val_acc_best.compute()
+        self.log("val/acc_best", best)
+        if not self.trainer.sanity_checking:
+            log.info(
+                "epoch %d step %d: val/acc %.4f (best %.4f), val/loss %.4f",
+                self.current_epoch, self.global_step, float(values["val/acc"]), float(best),
+                float(self.trainer.callback_metrics.get("val/loss", float("nan"))),
+            )
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         loss, logits = self._step(batch)

@@ -18,6 +18,7 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
+from pytorch_lightning.callbacks.progress import ProgressBar
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -63,11 +64,15 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callback], RunStats]:
     callbacks: list[pl.Callback] = []
+    progress_bar = cfg.trainer.get("enable_progress_bar", True)
     for name, cb_cfg in (cfg.get("callbacks") or {}).items():
         if cb_cfg is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
             continue
         extra = {"dirpath": str(output_dir / "checkpoints")} if name == "model_checkpoint" else {}
-        callbacks.append(instantiate(cb_cfg, **extra))
+        callback = instantiate(cb_cfg, **extra)
+        if isinstance(callback, ProgressBar) and not progress_bar:
+            continue  # trainer.enable_progress_bar=false wins over the configured bar
+        callbacks.append(callback)
     stats = next((c for c in callbacks if isinstance(c, RunStats)), None)
     if stats is None:
         stats = RunStats()

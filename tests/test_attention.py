@@ -1,0 +1,151 @@
+"""Every score function against the plain float64 reference in attnbench.attention.reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbench.attention import MultiHeadAttention, ScoreFunction, available, build_score_function, masked_softmax
+from attnbench.attention.reference import reference_attention, reference_scores
+
+NAMES = available()
+# (B, H, Lq, Lk, d): Lq != Lk, length-1 queries and keys, odd head sizes
+SHAPES = [(2, 3, 5, 7, 8), (3, 2, 1, 4, 5), (2, 1, 6, 1, 3), (1, 4, 9, 9, 16)]
+
+
+def test_registry_lists_all_seven():
+    assert NAMES == ["additive", "cosine", "dot", "euclidean", "general", "l2", "scaled_dot"]
+
+
+def test_unknown_name_lists_valid_ones():
+    with pytest.raises(KeyError, match="choose one of: additive, cosine, dot"):
+        build_score_function("bilinear", n_heads=2, head_dim=4)
+
+
+def _inputs(b, h, lq, lk, d, dtype, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g, dtype=dtype) for n in (lq, lk, lk))
+    mask = torch.rand(b, lk, generator=g) < 0.3  # random padding, True = pad
+    mask[0, 0] = False  # at least one real key in the first sequence
+    if b > 1:
+        mask[-1] = True  # one sequence entirely padding
+    for t in (q, k, v):
+        t.requires_grad_(requires_grad)
+    return q, k, v, mask
+
+
+def _score_fn(name, h, d, dtype, seed=1):
+    torch.manual_seed(seed)
+    fn = build_score_function(name, n_heads=h, head_dim=d).to(dtype)
+    with torch.no_grad():  # move parameters away from their special init (identity W, etc.)
+        for p in fn.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return fn
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", NAMES)
+def test_scores_match_float64_reference(name, shape):
+    b, h, lq, lk, d = shape
+    fn = _score_fn(name, h, d, torch.float64)
+    q, k, _, _ = _inputs(*shape, torch.float64)
+    got = fn.scores(q, k)
+    assert got.shape == (b, h, lq, lk)
+    torch.testing.assert_close(got, reference_scores(fn, q, k), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("path", ["attend", "definition"])
+def test_attention_output_and_gradients_match_reference(name, shape, path):
+    """Output and gradients (inputs and parameters) equal the float64 reference, with padding."""
+    fn = _score_fn(name, shape[1], shape[4], torch.float64)
+    q, k, v, mask = _inputs(*shape, torch.float64, requires_grad=True)
+    run = fn.attend if path == "attend" else (lambda *a, **kw: ScoreFunction.attend(fn, *a, **kw))
+    out = run(q, k, v, key_padding_mask=mask)
+    ref = reference_attention(fn, q, k, v, mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+    # fully padded sequences give zeros, not NaN
+    assert torch.all(out[mask.all(-1)] == 0)
+
+    weights = torch.randn_like(ref)
+    params = list(fn.parameters())
+    grads = torch.autograd.grad((out * weights).sum(), [q, k, v, *params], allow_unused=True)
+    ref_grads = torch.autograd.grad((ref * weights).sum(), [q, k, v, *params], allow_unused=True)
+    for got_g, ref_g in zip(grads, ref_grads):
+        assert got_g is not None and torch.isfinite(got_g).all()
+        torch.testing.assert_close(got_g, ref_g, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float32_matches_reference(name):
+    shape = (2, 2, 7, 11, 8)
+    fn = _score_fn(name, 2, 8, torch.float32)
+    q, k, v, mask = _inputs(*shape, torch.float32)
+    torch.testing.assert_close(fn.attend(q, k, v, mask).double(), reference_attention(fn, q, k, v, mask),
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_owned_parameter_gets_a_gradient(name):
+    fn = _score_fn(name, 2, 6, torch.float32)
+    q, k, v, mask = _inputs(2, 2, 4, 5, 6, torch.float32, requires_grad=True)
+    mask[-1] = False
+    fn.attend(q, k, v, mask).square().sum().backward()
+    owned = dict(fn.named_parameters())
+    assert set(owned) == {"additive": {"w_query", "w_key", "v"}, "general": {"weight"},
+                          "cosine": {"log_temperature"}}.get(name, set())
+    for pname, p in [("query", q), ("key", k), ("value", v), *owned.items()]:
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_dropout_is_applied(name):
+    fn = _score_fn(name, 2, 8, torch.float64)
+    q, k, v, _ = _inputs(2, 2, 16, 16, 8, torch.float64)
+    torch.manual_seed(0)
+    dropped = fn.attend(q, k, v, None, dropout_p=0.5)
+    plain = fn.attend(q, k, v, None, dropout_p=0.0)
+    assert not torch.allclose(dropped, plain)
+    # inverted dropout keeps the expectation: averaged over many draws it approaches the plain output
+    torch.manual_seed(1)
+    mean = torch.stack([fn.attend(q, k, v, None, dropout_p=0.5) for _ in range(400)]).mean(0)
+    assert (mean - plain).abs().mean() < 0.1 * plain.abs().mean()
+
+
+def test_l2_gradient_is_finite_at_zero_distance():
+    fn = build_score_function("l2", n_heads=1, head_dim=4).double()
+    q = torch.zeros(1, 1, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.zeros(1, 1, 3, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    fn.attend(q, k, v).sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+
+
+def test_masked_softmax_all_padding_row_has_no_nan_gradient():
+    scores = torch.randn(2, 1, 3, 4, requires_grad=True)
+    mask = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    w = masked_softmax(scores, mask)
+    assert torch.all(w[1] == 0) and torch.allclose(w[0].sum(-1), torch.ones(1, 3))
+    assert torch.all(w[0][..., 2:] == 0)
+    w.sum().backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_multihead_module_shapes_and_padding(name):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3, score=name).eval()
+    x = torch.randn(2, 5, 12)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    out = mha(x, mask)
+    assert out.shape == (2, 5, 12)
+    # the second sequence's real positions ignore what sits in its padding
+    x2 = x.clone()
+    x2[1, 3:] = torch.randn(2, 12) * 100
+    torch.testing.assert_close(mha(x2, mask)[1, :3], out[1, :3])
+
+
+def test_multihead_rejects_indivisible_d_model():
+    with pytest.raises(ValueError, match="not divisible by n_heads=3"):
+        MultiHeadAttention(d_model=16, n_heads=3, score="dot")

@@ -1,0 +1,27 @@
+"""The command line a new user meets first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from .conftest import REPO_ROOT
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_help_lists_the_score_functions():
+    proc = _run("--help")
+    assert proc.returncode == 0
+    assert "attention: additive, cosine, dot, euclidean, general, l2, scaled_dot" in proc.stdout
+    assert "python train.py attention=additive" in proc.stdout
+
+
+def test_unknown_score_function_lists_the_valid_ones():
+    proc = _run("attention=bilinear")
+    assert proc.returncode != 0
+    assert "Could not find 'attention/bilinear'" in proc.stderr
+    assert "scaled_dot" in proc.stderr and "additive" in proc.stderr

@@ -1,0 +1,89 @@
+"""The data module on the real SST-2 / TREC files."""
+
+from __future__ import annotations
+
+import pytest
+
+import attnbench.data as data_mod
+from attnbench.data import DataUnavailableError, PadCollator, TextClassificationDataModule
+
+SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
+            train_split="train", test_split="validation")
+
+
+@pytest.fixture(scope="module")
+def sst2(data_dir, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    dm = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=64)
+    dm.prepare_data()
+    dm.setup()
+    return dm, cache
+
+
+def test_sst2_row_counts_labels_and_disjoint_validation(sst2):
+    dm, _ = sst2
+    train, val, test = (dm.splits[s] for s in ("train", "val", "test"))
+    assert len(train) + len(val) == 67_349
+    assert len(val) == round(0.05 * 67_349)
+    assert len(test) == 872  # the official validation split is the test set
+    assert dm.label_names == ["negative", "positive"]
+    assert set(train.labels) == set(val.labels) == set(test.labels) == {0, 1}
+    assert not set(train.row_ids) & set(val.row_ids)
+    assert set(train.row_ids) | set(val.row_ids) == set(range(67_349))
+    assert max(len(ids) for ids in train.input_ids) <= 64
+    assert dm.cache_hit is False
+
+
+def test_tokenizer_cache_is_reused(sst2, data_dir, monkeypatch):
+    dm, cache = sst2
+
+    def boom(*args, **kwargs):
+        raise AssertionError("re-tokenized although a cache exists")
+
+    monkeypatch.setattr(TextClassificationDataModule, "_train_tokenizer", boom)
+    again = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=64)
+    again.prepare_data()
+    again.setup()
+    assert again.cache_hit is True
+    assert again.cache_dir == dm.cache_dir
+    assert again.splits["train"].input_ids[:50] == dm.splits["train"].input_ids[:50]
+
+
+def test_changed_setting_gets_its_own_cache(sst2, data_dir):
+    dm, cache = sst2
+    other = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=16,
+                                         max_train_samples=100, max_eval_samples=50)
+    other.prepare_data()
+    other.setup()
+    assert other.cache_dir != dm.cache_dir and other.cache_hit is False
+    assert max(len(ids) for ids in other.splits["train"].input_ids) <= 16
+    assert [len(other.splits[s]) for s in ("train", "val", "test")] == [100, 50, 50]
+
+
+def test_trec_coarse_labels(data_dir, tmp_path):
+    dm = TextClassificationDataModule(name="trec", hub_id="CogComp/trec", text_column="text",
+                                      label_column="coarse_label", local_dir=str(data_dir), cache_dir=str(tmp_path),
+                                      val_size=500)
+    dm.setup()
+    assert dm.label_names == ["ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"]
+    assert (len(dm.splits["train"]), len(dm.splits["val"]), len(dm.splits["test"])) == (4952, 500, 500)
+
+
+def test_collator_pads_dynamically():
+    batch = PadCollator(pad_id=0)([([5, 6, 7], 1), ([8], 0)])
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch["padding_mask"].tolist() == [[False, False, False], [False, True, True]]
+    assert batch["labels"].tolist() == [1, 0] and batch["num_tokens"] == 4
+
+
+def test_no_local_files_and_no_hub_gives_one_clear_error(tmp_path, monkeypatch):
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'stanfordnlp/sst2' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(data_mod.datasets, "load_dataset", offline)
+    dm = TextClassificationDataModule(**SST2, local_dir=str(tmp_path / "nowhere"), cache_dir=str(tmp_path))
+    with pytest.raises(DataUnavailableError) as err:
+        dm.prepare_data()
+    msg = str(err.value)
+    assert "ATTNBENCH_DATA_DIR" in msg and "Hub" in msg and "sst2/train.parquet" in msg
+    assert not list(tmp_path.glob("sst2-*"))  # nothing half-written

@@ -1,0 +1,103 @@
+"""End to end through Hydra (`python train.py ...`) on real SST-2, read back from the W&B offline runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnbench.attention import available
+
+from .conftest import REPO_ROOT
+
+SHORT_RUN = [
+    "model=tiny",
+    "data.max_train_samples=480",
+    "data.max_eval_samples=128",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.log_every_n_steps=10",
+    "callbacks.throughput_monitor.window_size=10",
+    "trainer.enable_progress_bar=false",
+    "callbacks.run_stats.warmup_steps=5",
+]
+
+
+def run_train(args: list[str], env_extra: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra}
+    env.pop("WANDB_API_KEY", None)
+    env["WANDB_MODE"] = "offline"  # never reach a server from the tests, whatever the machine's credentials
+    proc = subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def wandb_summary(run_dir: Path) -> dict:
+    """Summary and config of an offline W&B run, read back from its files with `wandb leet inspect`."""
+    wandb_bin = Path(sys.executable).with_name("wandb")
+    out = subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(run_dir)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory, data_dir):
+    """One Hydra multirun over all seven score functions (one process, seven jobs)."""
+    root = tmp_path_factory.mktemp("multirun")
+    sweep_dir = root / "sweep"
+    run_train(["-m", f"attention={','.join(available())}", *SHORT_RUN, f"hydra.sweep.dir={sweep_dir}"],
+              {"ATTNBENCH_DATA_DIR": str(data_dir), "ATTNBENCH_CACHE_DIR": str(root / "cache")})
+    jobs = {}
+    for metrics_file in sorted(sweep_dir.glob("*/metrics.json")):
+        metrics = json.loads(metrics_file.read_text())
+        runs = list((metrics_file.parent / "wandb").glob("offline-run-*"))
+        assert len(runs) == 1, f"expected one W&B run in {metrics_file.parent}, found {runs}"
+        jobs[metrics["attention"]] = (metrics, wandb_summary(runs[0]))
+    return jobs
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_score_function_trains_and_logs(multirun, name):
+    metrics, run = multirun[name]
+    summary = run["summary"]
+    assert run["name"] == f"{name}-sst2-s0" and run["project"] == "attnbench"
+    assert run["config"]["attention"]["name"] == name  # the resolved Hydra config is the run config
+    assert run["config"]["data"]["max_train_samples"] == 480
+    for key in ("val/acc", "test/acc", "test/f1_macro", "train/tokens_per_sec", "test/tokens_per_sec",
+                "train/samples_per_sec", "test/samples_per_sec", "perf/peak_mem_bytes", "model/params"):
+        assert key in summary, f"{key} missing from the W&B summary of {name}"
+        assert summary[key] == pytest.approx(metrics[key], rel=1e-9), key
+    assert 0.0 <= summary["test/acc"] <= 1.0 and 0.0 <= summary["val/acc"] <= 1.0
+    assert summary["train/tokens_per_sec"] > summary["train/samples_per_sec"] > 0
+    assert summary["test/tokens_per_sec"] > 0 and summary["perf/peak_mem_bytes"] > 0
+    # the per-step throughput series from Lightning's ThroughputMonitor also reached W&B
+    assert summary["train/device/items_per_sec"] > 0 and summary["train/device/samples_per_sec"] > 0
+    # CSV log written next to it
+    csv = Path(metrics["output_dir"]) / "csv" / "metrics.csv"
+    assert "val/acc" in csv.read_text().splitlines()[0]
+
+
+def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
+    assert set(multirun) == set(available())
+    run_ids = {run["run_id"] for _, run in multirun.values()}
+    groups = {metrics.get("wandb_group") for metrics, _ in multirun.values()}
+    dirs = {metrics["output_dir"] for metrics, _ in multirun.values()}
+    assert len(run_ids) == len(dirs) == len(available())
+    assert len(groups) == 1 and None not in groups
+
+
+def test_short_run_learns(tmp_path, data_dir):
+    """A few hundred steps on SST-2 beat the majority class of the official validation split clearly."""
+    out = tmp_path / "run"
+    run_train(["attention=scaled_dot", "model=tiny", "trainer.max_steps=300", "trainer.val_check_interval=100",
+               "trainer.enable_progress_bar=false", "logger=csv",
+               f"hydra.run.dir={out}"],
+              {"ATTNBENCH_DATA_DIR": str(data_dir), "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    metrics = json.loads((out / "metrics.json").read_text())
+    majority = 444 / 872  # positives in the SST-2 validation split
+    assert metrics["test/acc"] >= majority + 0.12, metrics

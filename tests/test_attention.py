@@ -149,3 +149,47 @@ def test_multihead_module_shapes_and_padding(name):
 def test_multihead_rejects_indivisible_d_model():
     with pytest.raises(ValueError, match="not divisible by n_heads=3"):
         MultiHeadAttention(d_model=16, n_heads=3, score="dot")
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 64])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_additive_blocked_fast_path_matches_reference(shape, chunk_size):
+    """Query blocks with recomputation in the backward: outputs and all gradients stay exact."""
+    fn = _score_fn("additive", shape[1], shape[4], torch.float64)
+    fn.chunk_size = chunk_size
+    q, k, v, mask = _inputs(*shape, torch.float64, requires_grad=True)
+    out = fn.attend(q, k, v, key_padding_mask=mask)
+    ref = reference_attention(fn, q, k, v, mask)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+    weights = torch.randn_like(ref)
+    inputs = [q, k, v, *fn.parameters()]
+    for got, want in zip(torch.autograd.grad((out * weights).sum(), inputs),
+                         torch.autograd.grad((ref * weights).sum(), inputs)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+def test_additive_automatic_block_size_respects_the_budget():
+    fn = build_score_function("additive", n_heads=4, head_dim=64, chunk_bytes=2**20)
+    # one query row of hidden state: B*H*Lk*d_a*4 bytes = 2*4*1024*64*4 = 2 MiB > budget -> 1 query per block
+    assert fn.block_size(2, 1024, 1024, 4) == 1
+    assert fn.block_size(1, 10, 8, 4) == 10  # small inputs: a single block, no recomputation
+    fn.chunk_bytes = 64 * 2**20
+    assert fn.block_size(2, 1024, 1024, 4) == 32
+
+
+def test_additive_blocked_dropout_is_replayed_in_backward():
+    """Recomputed blocks must reuse the forward's dropout mask: same grads as blocks kept in memory."""
+    fn = _score_fn("additive", 2, 4, torch.float64)
+    fn.chunk_size = 2
+    q, k, v, mask = _inputs(2, 2, 5, 6, 4, torch.float64, requires_grad=True)
+
+    torch.manual_seed(123)
+    out = fn.attend(q, k, v, mask, dropout_p=0.3)
+    grads = torch.autograd.grad(out.sum(), [q, k, v])
+
+    torch.manual_seed(123)
+    q_proj, k_proj = q @ fn.w_query, k @ fn.w_key
+    kept = torch.cat([fn._attend_block(q_proj[..., s : s + 2, :], k_proj, v, mask, 0.3) for s in range(0, 5, 2)], -2)
+    torch.testing.assert_close(out, kept, rtol=0, atol=1e-12)
+    for got, want in zip(grads, torch.autograd.grad(kept.sum(), [q, k, v])):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)

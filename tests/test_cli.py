@@ -25,3 +25,12 @@ def test_unknown_score_function_lists_the_valid_ones():
     assert proc.returncode != 0
     assert "Could not find 'attention/bilinear'" in proc.stderr
     assert "scaled_dot" in proc.stderr and "additive" in proc.stderr
+
+
+def test_bad_model_config_fails_fast_with_one_message(tmp_path):
+    proc = _run("model.n_heads=3", "logger=none", f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert "d_model=128 is not divisible by" in out and "n_heads=3" in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "metrics.json").exists()

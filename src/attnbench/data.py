@@ -34,6 +34,8 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnbench.errors import AttnbenchError
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
@@ -41,11 +43,11 @@ PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 SPLITS = ("train", "val", "test")
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(AttnbenchError, RuntimeError):
     """Neither local Parquet files nor the Hugging Face Hub could provide the dataset."""
 
 
-class DataConfigError(ValueError):
+class DataConfigError(AttnbenchError, ValueError):
     """The data configuration does not fit the dataset (columns, labels, sizes)."""
 
 

@@ -25,8 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnbench.callbacks import RunStats
 from attnbench.data import TextClassificationDataModule
+from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.loggers import make_csv_logger, make_wandb_logger
-from attnbench.module import TextClassifierModule
+from attnbench.module import TextClassifierModule, warmup_decay_lambda
 
 log = logging.getLogger("attnbench")
 
@@ -80,6 +81,33 @@ def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callbac
     return callbacks, stats
 
 
+def _module_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    return {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "attention": OmegaConf.to_container(cfg.attention, resolve=True),
+        "optim": OmegaConf.to_container(cfg.optim, resolve=True),
+    }
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Fail in a second, before any data work, if the model or optimizer config cannot work.
+
+    Builds the model once with a 2-token vocabulary (cheap) and checks the schedule.
+
+    Raises:
+        ConfigError: with the offending key and value.
+    """
+    try:
+        TextClassifierModule(vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0,
+                             **_module_kwargs(cfg))
+        warmup_decay_lambda(1, 2, cfg.optim.get("schedule", "cosine"), 0.0)
+        if not float(cfg.optim.lr) > 0:
+            raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}")
+    except (ValueError, KeyError, TypeError) as err:
+        message = err.args[0] if err.args else repr(err)
+        raise ConfigError(f"invalid config: {message}") from None
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train, select the best checkpoint on ``val/acc``, test it, and log everything.
 
@@ -93,10 +121,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         (bytes), ``model/params``, ``time/total_sec`` (seconds).
 
     Raises:
-        attnbench.data.DataUnavailableError, attnbench.data.DataConfigError,
-        ValueError: bad data or model configuration (message says what to change).
+        attnbench.errors.ConfigError: a model/optimizer setting that cannot work.
+        attnbench.data.DataUnavailableError: no local files and no Hub.
+        attnbench.data.DataConfigError: the data config does not fit the dataset.
     """
     t_start = time.perf_counter()
+    check_config(cfg)
     output_dir = _output_dir(cfg)
     output_dir.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(cfg.seed, workers=True)
@@ -110,9 +140,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         num_classes=datamodule.num_classes,
         max_length=datamodule.max_length,
         pad_id=datamodule.pad_id,
-        model=OmegaConf.to_container(cfg.model, resolve=True),
-        attention=OmegaConf.to_container(cfg.attention, resolve=True),
-        optim=OmegaConf.to_container(cfg.optim, resolve=True),
+        **_module_kwargs(cfg),
     )
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -214,7 +242,11 @@ def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
 def main(cfg: DictConfig) -> float | None:
     """Hydra entry point; returns the metric named by ``optimized_metric`` (for sweepers)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    summary = train(cfg)
+    try:
+        summary = train(cfg)
+    except AttnbenchError as err:  # the user's input, not a bug: the message, no traceback
+        log.error("%s", err)
+        raise SystemExit(1) from None
     metric = cfg.get("optimized_metric")
     return summary.get(metric) if metric else None
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
-from attnbench.attention.base import ScoreFunction
+from attnbench.attention.base import ScoreFunction, masked_softmax
 from attnbench.attention.registry import register
 
 
@@ -23,6 +25,11 @@ class AdditiveScore(ScoreFunction):
         n_heads: H.
         head_dim: d.
         hidden_dim: d_a, the MLP's hidden size; ``None`` means d_a = head_dim.
+        chunk_size: queries per block in :meth:`attend`; ``None`` picks the
+            largest block whose B×H×block×Lk×d_a hidden tensor fits in
+            ``chunk_bytes``.
+        chunk_bytes: memory budget of one block's hidden tensor (bytes) when
+            ``chunk_size`` is ``None``; default 64 MiB.
 
     Parameters (per head): ``w_query`` H×d×d_a, ``w_key`` H×d×d_a, ``v`` H×d_a.
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
@@ -30,25 +37,84 @@ class AdditiveScore(ScoreFunction):
     Cost: the projections are GEMMs, but ``tanh`` of the pairwise sum is
     elementwise work on a B×H×Lq×Lk×d_a tensor — it cannot be folded into a
     matrix multiply, which is the point the product measures.
+
+    Fast path (:meth:`attend`): the projections are computed once, then
+    queries are processed in blocks; softmax is over keys, so each block is
+    exact on its own. When gradients are needed each block runs under
+    activation checkpointing (``torch.utils.checkpoint``): its hidden tensor
+    is recomputed in the backward instead of stored, so memory is
+    O(B·H·block·Lk·d_a) in the forward and the backward, for about one extra
+    forward of time. When everything fits in one block, no checkpointing.
     """
 
-    def __init__(self, n_heads: int, head_dim: int, hidden_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        n_heads: int,
+        head_dim: int,
+        hidden_dim: int | None = None,
+        chunk_size: int | None = None,
+        chunk_bytes: int = 64 * 2**20,
+    ) -> None:
         super().__init__(n_heads, head_dim)
         hidden_dim = head_dim if hidden_dim is None else int(hidden_dim)
         if hidden_dim < 1:
             raise ValueError(f"additive: attention.hidden_dim must be >= 1 (or null for head_dim), got {hidden_dim}")
+        if chunk_size is not None and int(chunk_size) < 1:
+            raise ValueError(f"additive: attention.chunk_size must be >= 1 (or null for automatic), got {chunk_size}")
+        if int(chunk_bytes) < 1:
+            raise ValueError(f"additive: attention.chunk_bytes must be >= 1, got {chunk_bytes}")
         self.hidden_dim = hidden_dim
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self.chunk_bytes = int(chunk_bytes)
         bound = 1.0 / math.sqrt(head_dim)
         self.w_query = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
         self.w_key = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
         v_bound = 1.0 / math.sqrt(hidden_dim)
         self.v = nn.Parameter(torch.empty(n_heads, hidden_dim).uniform_(-v_bound, v_bound))
 
-    def scores(self, query: Tensor, key: Tensor) -> Tensor:
-        q_proj = query @ self.w_query  # B×H×Lq×d_a
-        k_proj = key @ self.w_key  # B×H×Lk×d_a
+    def _pair_scores(self, q_proj: Tensor, k_proj: Tensor) -> Tensor:
+        """vᵀtanh(q_proj_i + k_proj_j): B×H×Lq×d_a, B×H×Lk×d_a -> B×H×Lq×Lk."""
         hidden = torch.tanh(q_proj.unsqueeze(-2) + k_proj.unsqueeze(-3))  # B×H×Lq×Lk×d_a
         return (hidden @ self.v[None, :, None, :, None]).squeeze(-1)
 
+    def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        return self._pair_scores(query @ self.w_query, key @ self.w_key)
+
+    def block_size(self, batch: int, n_queries: int, n_keys: int, element_size: int) -> int:
+        """Queries per block: ``chunk_size``, or the most that fit ``chunk_bytes``."""
+        if self.chunk_size is not None:
+            return min(self.chunk_size, n_queries)
+        per_query = batch * self.n_heads * n_keys * self.hidden_dim * element_size
+        return max(1, min(n_queries, self.chunk_bytes // max(1, per_query)))
+
+    def _attend_block(
+        self, q_proj: Tensor, k_proj: Tensor, value: Tensor, key_padding_mask: Tensor | None, dropout_p: float
+    ) -> Tensor:
+        weights = masked_softmax(self._pair_scores(q_proj, k_proj), key_padding_mask)
+        if dropout_p > 0.0:
+            weights = F.dropout(weights, p=dropout_p, training=True)
+        return weights @ value
+
+    def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        q_proj = query @ self.w_query  # B×H×Lq×d_a
+        k_proj = key @ self.w_key  # B×H×Lk×d_a
+        n_queries = query.shape[-2]
+        block = self.block_size(query.shape[0], n_queries, key.shape[-2], query.element_size())
+        if block >= n_queries:
+            return self._attend_block(q_proj, k_proj, value, key_padding_mask, dropout_p)
+        recompute = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q_proj, k_proj, value, self.v)
+        )
+        outs = []
+        for start in range(0, n_queries, block):
+            q_block = q_proj[..., start : start + block, :]
+            if recompute:
+                # preserve_rng_state (default) replays the same dropout mask in the backward
+                outs.append(checkpoint(self._attend_block, q_block, k_proj, value, key_padding_mask, dropout_p,
+                                       use_reentrant=False))
+            else:
+                outs.append(self._attend_block(q_block, k_proj, value, key_padding_mask, dropout_p))
+        return torch.cat(outs, dim=-2)
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}"
+        return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, chunk_size={self.chunk_size}"

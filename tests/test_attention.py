@@ -193,3 +193,13 @@ def test_additive_blocked_dropout_is_replayed_in_backward():
     torch.testing.assert_close(out, kept, rtol=0, atol=1e-12)
     for got, want in zip(grads, torch.autograd.grad(kept.sum(), [q, k, v])):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_runs_and_stays_close(name):
+    fn = _score_fn(name, 2, 8, torch.float32)
+    q, k, v, mask = _inputs(2, 2, 5, 7, 8, torch.float32)
+    ref = reference_attention(fn, q, k, v, mask)
+    out = fn.to(torch.bfloat16).attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=0.1)

@@ -54,8 +54,9 @@ class TransformerClassifier(nn.Module):
         d_ff: MLP hidden width.
         dropout: dropout on embeddings, residual branches and before the head.
         attn_dropout: dropout on attention weights.
-        pooling: ``"mean"`` (masked mean over non-padding tokens) or ``"cls"``
-            (a learned [CLS] vector prepended to every sequence).
+        pooling: ``"mean"`` (masked mean over non-padding tokens), ``"max"``
+            (masked max over them), or ``"cls"`` (a learned [CLS] vector
+            prepended to every sequence).
         pad_id: token id used for padding (its embedding row stays zero).
 
     Shapes: ``forward(input_ids: B×L long, padding_mask: bool B×L, True = pad)
@@ -91,8 +92,8 @@ class TransformerClassifier(nn.Module):
         for name, p in (("dropout", dropout), ("attn_dropout", attn_dropout)):
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {p}")
-        if pooling not in ("mean", "cls"):
-            raise ValueError(f"model.pooling must be 'mean' or 'cls', got {pooling!r}")
+        if pooling not in ("mean", "max", "cls"):
+            raise ValueError(f"model.pooling must be 'mean', 'max' or 'cls', got {pooling!r}")
         self.pooling = pooling
         self.pad_id = pad_id
         n_positions = max_length + (1 if pooling == "cls" else 0)
@@ -141,6 +142,9 @@ class TransformerClassifier(nn.Module):
         x = self.final_norm(x)
         if self.cls_embedding is not None:
             pooled = x[:, 0]
+        elif self.pooling == "max":
+            pooled = x.masked_fill(padding_mask.unsqueeze(-1), float("-inf")).amax(1)
+            pooled = pooled.masked_fill(padding_mask.all(1, keepdim=True), 0.0)  # an all-padding row
         else:
             keep = (~padding_mask).unsqueeze(-1).to(x.dtype)
             pooled = (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)

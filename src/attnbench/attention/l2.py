@@ -19,7 +19,12 @@ class L2Score(ScoreFunction):
     never O(Lq·Lk·d), and its gradient at zero distance is zero, not NaN.
 
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
+    Half-precision inputs are computed in float32 (CPU ``cdist`` has no
+    bfloat16 kernel for short sequences, and the GEMM expansion loses the
+    small distances to cancellation in 8-bit mantissas).
     """
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
+        if query.dtype in (torch.float16, torch.bfloat16):
+            return -torch.cdist(query.float(), key.float(), p=2.0).to(query.dtype)
         return -torch.cdist(query, key, p=2.0)

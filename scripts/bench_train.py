@@ -1,0 +1,146 @@
+"""Training throughput of attnbench vs a bare PyTorch loop over ``nn.TransformerEncoder``.
+
+Both run the same model size on the same SST-2 batches (same order, same
+dynamic padding) for the same number of optimizer steps:
+
+* **attnbench**: ``TextClassifierModule`` with ``attention=scaled_dot`` trained by a
+  Lightning ``Trainer`` with the callbacks and CSV logger of a normal run
+  (``ThroughputMonitor``, ``LearningRateMonitor``, per-step ``train/loss``).
+* **bare**: token + position embeddings, ``nn.TransformerEncoder`` (pre-LN,
+  GELU, ``batch_first``), masked mean pooling, linear head; AdamW, gradient
+  clipping, a plain ``for`` loop.
+
+Reported: non-padding tokens per second over the steps after ``--warmup``
+(seconds of wall time, data loading included), and the ratio attnbench / bare.
+Each side runs ``--repeats`` times, alternating, and the best run counts.
+
+    python scripts/bench_train.py                 # model=small, 300 steps
+    python scripts/bench_train.py --steps 100 --model tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from torch import nn
+
+from attnbench.callbacks import RunStats, batch_size, num_tokens
+from attnbench.module import TextClassifierModule
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+class BareClassifier(nn.Module):
+    """The same classifier written on ``nn.TransformerEncoder`` (the PyTorch baseline)."""
+
+    def __init__(self, vocab_size: int, num_classes: int, max_length: int, d_model: int, n_heads: int,
+                 n_layers: int, d_ff: int, dropout: float, pad_id: int) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.position_embedding = nn.Embedding(max_length, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(d_model), enable_nested_tensor=False)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(d_model, num_classes)
+
+    def forward(self, input_ids: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(input_ids) + self.position_embedding.weight[: input_ids.shape[1]]
+        x = self.encoder(self.dropout(x), src_key_padding_mask=padding_mask)
+        keep = (~padding_mask).unsqueeze(-1).to(x.dtype)
+        return self.head(self.dropout((x * keep).sum(1) / keep.sum(1).clamp_min(1.0)))
+
+
+def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> float:
+    """Train ``steps`` steps; returns non-padding tokens/s over the steps after ``warmup``."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    model.train()
+    tokens, t0, step = 0, 0.0, 0
+    while step < steps:
+        for batch in loader:
+            if step == warmup:
+                t0 = time.perf_counter()
+            loss = F.cross_entropy(model(batch["input_ids"], batch["padding_mask"]), batch["labels"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step >= warmup:
+                tokens += num_tokens(batch)
+            step += 1
+            if step >= steps:
+                break
+    return tokens / (time.perf_counter() - t0)
+
+
+def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str) -> float:
+    """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
+    module = TextClassifierModule(
+        vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length, pad_id=dm.pad_id,
+        model=OmegaConf.to_container(cfg.model), attention=OmegaConf.to_container(cfg.attention),
+        optim=OmegaConf.to_container(cfg.optim),
+    )
+    stats = RunStats(warmup_steps=warmup)
+    callbacks = [
+        stats,
+        pl.callbacks.ThroughputMonitor(batch_size_fn=batch_size, length_fn=num_tokens, window_size=50, separator="/"),
+        pl.callbacks.LearningRateMonitor(logging_interval="step"),
+    ]
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, num_sanity_val_steps=0,
+        gradient_clip_val=1.0, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        logger=pl.loggers.CSVLogger(log_dir, name="bench_train"), callbacks=callbacks, log_every_n_steps=50,
+    )
+    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    return stats.summary["train/tokens_per_sec"]
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="small", help="conf/model/<name>.yaml (default: small)")
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (default: 300)")
+    parser.add_argument("--warmup", type=int, default=30, help="steps excluded from the rate (default: 30)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per side, best counts (default: 2)")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. data.batch_size=32")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("train", overrides=["attention=scaled_dot", f"model={args.model}", *args.overrides])
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    m = cfg.model
+    results: dict[str, list[float]] = {"attnbench": [], "bare": []}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(args.repeats):
+            pl.seed_everything(cfg.seed, workers=True)
+            results["attnbench"].append(lightning_run(cfg, dm, args.steps, args.warmup, log_dir))
+            pl.seed_everything(cfg.seed, workers=True)
+            bare = BareClassifier(dm.vocab_size, dm.num_classes, dm.max_length, m.d_model, m.n_heads, m.n_layers,
+                                  m.d_ff, m.dropout, dm.pad_id)
+            results["bare"].append(bare_loop(bare, dm.train_dataloader(), args.steps, args.warmup, cfg.optim.lr))
+    best = {k: max(v) for k, v in results.items()}
+    ratio = best["attnbench"] / best["bare"]
+    print(f"\nmodel={args.model} ({m.n_layers} layers, d_model={m.d_model}, {m.n_heads} heads), "
+          f"data={cfg.data.name}, batch={cfg.data.batch_size}, {args.steps} steps ({args.warmup} warm-up), "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for side in ("attnbench", "bare"):
+        runs = ", ".join(f"{x:,.0f}" for x in results[side])
+        print(f"  {side:<10} train tokens/s: {best[side]:>10,.0f}   (runs: {runs})")
+    print(f"  ratio attnbench / bare: {ratio:.3f}")
+    return {**best, "ratio": ratio}
+
+
+if __name__ == "__main__":
+    main()

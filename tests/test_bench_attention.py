@@ -1,0 +1,89 @@
+"""scripts/bench_attention.py: a tiny real run, read back from its files."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+# One torch thread: on a shared 2-core CI machine, two threads spend most of a
+# tiny op waiting for a descheduled sibling, which makes this test slow, not wrong.
+TINY = ["--scores", "dot,additive", "--lengths", "16,32", "--head-dims", "8", "--no-wandb",
+        "--min-run-time", "0.01", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The script as a module (it is not part of the package)."""
+    name = "bench_attention"
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / "bench_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses need the module registered while it executes
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def _read_rows(out):
+    with open(out / "results.csv", newline="") as fh:
+        return {(r["score"], r["path"], r["mode"], int(r["n"]), int(r["d"])): r for r in csv.DictReader(fh)}
+
+
+def test_tiny_run_writes_real_measurements(bench, tmp_path):
+    assert bench.main([*TINY, "--out", str(tmp_path)]) == 0
+
+    rows = _read_rows(tmp_path)
+    combos = [("sdpa_scaled_dot", "sdpa"), ("dot", "fast"), ("dot", "naive"), ("additive", "fast"),
+              ("additive", "naive")]
+    expected = {(s, p, m, n, 8) for s, p in combos for m in ("fwd", "fwd_bwd") for n in (16, 32)}
+    assert set(rows) == expected
+    for key, row in rows.items():
+        assert row["status"] == "ok", (key, row["note"])
+        assert float(row["time_s"]) > 0, key
+        assert int(row["peak_mem_bytes"]) > 0, key
+        assert int(row["flops"]) > 0, key
+
+    def mem(mode, n):
+        return int(rows[("additive", "naive", mode, n, 8)]["peak_mem_bytes"])
+
+    # The naive additive path materialises B×H×n×n×d_a: 4× the elements at twice n.
+    for mode in ("fwd", "fwd_bwd"):
+        assert mem(mode, 32) > 2 * mem(mode, 16), mode
+    # Forward FLOPs of dot attention are 2 matmuls of 2·B·H·n²·d each: 4× at twice n.
+    for path in ("fast", "naive"):
+        small = int(rows[("dot", path, "fwd", 16, 8)]["flops"])
+        large = int(rows[("dot", path, "fwd", 32, 8)]["flops"])
+        assert large / small == pytest.approx(4.0, rel=0.1), path
+        assert small == 2 * 2 * 4 * 4 * 16 * 16 * 8, path  # B = H = 4 by default
+
+    for png in ("time_vs_n.png", "memory_vs_n.png", "time_vs_d.png"):
+        data = (tmp_path / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, png
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    assert any("matmul-type ops only" in note for note in meta["notes"])
+    assert meta["hardware"]["torch"]
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_sizes_over_the_memory_budget_are_skipped_with_their_estimate(bench, tmp_path):
+    # Naive additive at n=32 needs about 1.2 MB by the script's estimate, n=16 about 0.3 MB.
+    args = ["--scores", "additive", "--paths", "naive", "--modes", "fwd", "--lengths", "16,32", "--head-dims", "8",
+            "--max-mem-gb", "0.0005", "--no-wandb", "--min-run-time", "0.01", "--threads", "1"]
+    assert bench.main([*args, "--out", str(tmp_path)]) == 0
+    rows = _read_rows(tmp_path)
+    assert rows[("additive", "naive", "fwd", 16, 8)]["status"] == "ok"
+    skipped = rows[("additive", "naive", "fwd", 32, 8)]
+    assert skipped["status"] == "skipped_mem"
+    assert int(skipped["est_mem_bytes"]) > 500_000
+    assert skipped["time_s"] == "" and "budget" in skipped["note"]
+
+
+def test_default_sizes_sweep_n_at_d64_and_d_at_n1024(bench):
+    sizes = bench.size_grid([64, 1024, 4096], [16, 64, 256], at_n=1024, at_d=64, full=False)
+    assert sizes == [(64, 64), (1024, 64), (4096, 64), (1024, 16), (1024, 256)]
+    assert len(bench.size_grid([64, 1024], [16, 64], at_n=1024, at_d=64, full=True)) == 4

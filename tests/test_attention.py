@@ -203,3 +203,27 @@ def test_bfloat16_runs_and_stays_close(name):
     out = fn.to(torch.bfloat16).attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), ref, rtol=0, atol=0.1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_shapes_match_reference(name):
+    """Hypothesis draws shapes (Lq != Lk, length 1, odd head sizes) and padding; fast path == float64 reference."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(b=st.integers(1, 3), h=st.integers(1, 3), lq=st.integers(1, 9), lk=st.integers(1, 9),
+           d=st.integers(1, 9), seed=st.integers(0, 2**16), chunk=st.sampled_from([None, 1, 2]))
+    def check(b, h, lq, lk, d, seed, chunk):
+        fn = _score_fn(name, h, d, torch.float64, seed=seed)
+        if name == "additive":
+            fn.chunk_size = chunk
+        q, k, v, mask = _inputs(b, h, lq, lk, d, torch.float64, seed=seed, requires_grad=True)
+        out = fn.attend(q, k, v, key_padding_mask=mask)
+        ref = reference_attention(fn, q, k, v, mask)
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-10)
+        inputs = [q, k, v, *fn.parameters()]
+        for got, want in zip(torch.autograd.grad(out.sum(), inputs), torch.autograd.grad(ref.sum(), inputs)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+    check()

@@ -116,11 +116,13 @@ def sdpa_attend(
     key_padding_mask: Tensor | None,
     dropout_p: float,
     scale: float,
+    key_bias: Tensor | None = None,
 ) -> Tensor:
-    """``softmax(scale·query·keyᵀ)·value`` through ``F.scaled_dot_product_attention``.
+    """``softmax(scale·query·keyᵀ + key_bias)·value`` through ``F.scaled_dot_product_attention``.
 
     The one place where the True = padding convention is converted to SDPA's
-    boolean ``attn_mask`` (True = attend).
+    ``attn_mask`` (boolean True = attend, or an additive float mask with −inf
+    on padding when a ``key_bias`` is given).
 
     Args:
         query: B×H×Lq×d.
@@ -129,15 +131,16 @@ def sdpa_attend(
         key_padding_mask: optional bool B×Lk, True = padding.
         dropout_p: attention-weight dropout probability.
         scale: multiplier of the dot products (passed explicitly to SDPA).
+        key_bias: optional float B×H×1×Lk added to every query's logits
+            (differentiable), e.g. −‖k‖² for the ``euclidean`` score.
 
     Returns:
         B×H×Lq×d_v; zero rows where all keys are padding.
     """
     if key_padding_mask is None:
-        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=key_bias, dropout_p=dropout_p, scale=scale)
     all_pad = key_padding_mask.all(dim=-1)
-    attend_mask = ~(key_padding_mask & ~all_pad[:, None])
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attend_mask[:, None, None, :], dropout_p=dropout_p, scale=scale
-    )
+    pad = (key_padding_mask & ~all_pad[:, None])[:, None, None, :]
+    attn_mask = ~pad if key_bias is None else key_bias.masked_fill(pad, float("-inf"))
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
     return out.masked_fill(all_pad[:, None, None, None], 0.0)

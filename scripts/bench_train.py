@@ -14,8 +14,13 @@ Reported: non-padding tokens per second over the steps after ``--warmup``
 (seconds of wall time, data loading included), and the ratio attnbench / bare.
 Each side runs ``--repeats`` times, alternating, and the best run counts.
 
+``--attention scaled_dot,euclidean,cosine`` instead compares score functions
+inside attnbench's training step (same batches, runs interleaved, best of
+``--repeats``) and prints each one's tokens/s and its ratio to the first.
+
     python scripts/bench_train.py                 # model=small, 300 steps
     python scripts/bench_train.py --steps 100 --model tiny
+    python scripts/bench_train.py --attention scaled_dot,euclidean,cosine --repeats 3
 """
 
 from __future__ import annotations
@@ -83,11 +88,11 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
     return tokens / (time.perf_counter() - t0)
 
 
-def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str) -> float:
+def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None) -> float:
     """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
     module = TextClassifierModule(
         vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length, pad_id=dm.pad_id,
-        model=OmegaConf.to_container(cfg.model), attention=OmegaConf.to_container(cfg.attention),
+        model=OmegaConf.to_container(cfg.model), attention=attention or OmegaConf.to_container(cfg.attention),
         optim=OmegaConf.to_container(cfg.optim),
     )
     stats = RunStats(warmup_steps=warmup)
@@ -111,8 +116,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps per run (default: 300)")
     parser.add_argument("--warmup", type=int, default=30, help="steps excluded from the rate (default: 30)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, best counts (default: 2)")
+    parser.add_argument("--attention", default=None,
+                        help="comma-separated score functions to compare inside attnbench (first = reference)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. data.batch_size=32")
     args = parser.parse_args(argv)
+    if args.attention:
+        return compare_attention(args)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -140,6 +149,33 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"  {side:<10} train tokens/s: {best[side]:>10,.0f}   (runs: {runs})")
     print(f"  ratio attnbench / bare: {ratio:.3f}")
     return {**best, "ratio": ratio}
+
+
+def compare_attention(args: argparse.Namespace) -> dict[str, float]:
+    """Train tokens/s of several score functions in attnbench's training step, interleaved."""
+    names = [n.strip() for n in args.attention.split(",") if n.strip()]
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfgs = {n: compose("train", overrides=[f"attention={n}", f"model={args.model}", *args.overrides]) for n in names}
+    first = cfgs[names[0]]
+    dm = instantiate(first.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(args.repeats):
+            for n in names:
+                pl.seed_everything(first.seed, workers=True)
+                rates[n].append(lightning_run(first, dm, args.steps, args.warmup, log_dir,
+                                              attention=OmegaConf.to_container(cfgs[n].attention)))
+    best = {n: max(v) for n, v in rates.items()}
+    print(f"\nmodel={args.model}, data={first.data.name}, batch={first.data.batch_size}, {args.steps} steps "
+          f"({args.warmup} warm-up), best of {args.repeats} interleaved runs, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    for n in names:
+        runs = ", ".join(f"{x:,.0f}" for x in rates[n])
+        print(f"  {n:<11} train tokens/s: {best[n]:>10,.0f}   ratio to {names[0]}: {best[n] / best[names[0]]:.3f}"
+              f"   (runs: {runs})")
+    return best
 
 
 if __name__ == "__main__":

@@ -234,3 +234,17 @@ def test_random_shapes_match_reference(name):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
     check()
+
+
+@pytest.mark.slow
+def test_additive_compiled_matches_reference():
+    """attention.compile=true (torch.compile/Inductor) keeps outputs and gradients exact. Compiles: ~1 min."""
+    fn = _score_fn("additive", 2, 8, torch.float32)
+    fn.compile = True
+    q, k, v, mask = _inputs(2, 2, 9, 13, 8, torch.float32, requires_grad=True)
+    out = fn.attend(q, k, v, mask)
+    ref = reference_attention(fn, q, k, v, mask)
+    torch.testing.assert_close(out.double(), ref, rtol=0, atol=1e-5)
+    inputs = [q, k, v, *fn.parameters()]
+    for got, want in zip(torch.autograd.grad(out.sum(), inputs), torch.autograd.grad(ref.sum(), inputs)):
+        torch.testing.assert_close(got.double(), want.double(), rtol=0, atol=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,30 @@ from torch.utils.checkpoint import checkpoint
 
 from attnbench.attention.base import ScoreFunction, masked_softmax
 from attnbench.attention.registry import register
+
+
+def additive_pair_scores(q_proj: Tensor, k_proj: Tensor, v: Tensor) -> Tensor:
+    """vᵀtanh(q_proj_i + k_proj_j) for every pair.
+
+    Args:
+        q_proj: B×H×Lq×d_a (W_q q); k_proj: B×H×Lk×d_a (W_k k); v: H×d_a.
+
+    Returns:
+        B×H×Lq×Lk scores. Eagerly this builds the B×H×Lq×Lk×d_a hidden tensor;
+        under ``torch.compile`` the add, tanh and reduction fuse into one loop.
+    """
+    hidden = torch.tanh(q_proj.unsqueeze(-2) + k_proj.unsqueeze(-3))  # B×H×Lq×Lk×d_a
+    return (hidden @ v[None, :, None, :, None]).squeeze(-1)
+
+
+_compiled_pair_scores = None
+
+
+def _compiled() -> Callable[[Tensor, Tensor, Tensor], Tensor]:
+    global _compiled_pair_scores
+    if _compiled_pair_scores is None:
+        _compiled_pair_scores = torch.compile(additive_pair_scores, dynamic=True)
+    return _compiled_pair_scores
 
 
 @register("additive")
@@ -30,6 +55,9 @@ class AdditiveScore(ScoreFunction):
             ``chunk_bytes``.
         chunk_bytes: memory budget of one block's hidden tensor (bytes) when
             ``chunk_size`` is ``None``; default 64 MiB.
+        compile: score pairs with ``torch.compile`` (Inductor fuses add, tanh
+            and the reduction with v, so the hidden tensor is never stored);
+            the first call compiles (tens of seconds on a CPU).
 
     Parameters (per head): ``w_query`` H×d×d_a, ``w_key`` H×d×d_a, ``v`` H×d_a.
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
@@ -54,6 +82,7 @@ class AdditiveScore(ScoreFunction):
         hidden_dim: int | None = None,
         chunk_size: int | None = None,
         chunk_bytes: int = 64 * 2**20,
+        compile: bool = False,
     ) -> None:
         super().__init__(n_heads, head_dim)
         hidden_dim = head_dim if hidden_dim is None else int(hidden_dim)
@@ -66,6 +95,7 @@ class AdditiveScore(ScoreFunction):
         self.hidden_dim = hidden_dim
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.chunk_bytes = int(chunk_bytes)
+        self.compile = bool(compile)
         bound = 1.0 / math.sqrt(head_dim)
         self.w_query = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
         self.w_key = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
@@ -74,8 +104,8 @@ class AdditiveScore(ScoreFunction):
 
     def _pair_scores(self, q_proj: Tensor, k_proj: Tensor) -> Tensor:
         """vᵀtanh(q_proj_i + k_proj_j): B×H×Lq×d_a, B×H×Lk×d_a -> B×H×Lq×Lk."""
-        hidden = torch.tanh(q_proj.unsqueeze(-2) + k_proj.unsqueeze(-3))  # B×H×Lq×Lk×d_a
-        return (hidden @ self.v[None, :, None, :, None]).squeeze(-1)
+        pair_scores = _compiled() if self.compile else additive_pair_scores
+        return pair_scores(q_proj, k_proj, self.v)
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return self._pair_scores(query @ self.w_query, key @ self.w_key)
@@ -100,7 +130,7 @@ class AdditiveScore(ScoreFunction):
         k_proj = key @ self.w_key  # B×H×Lk×d_a
         n_queries = query.shape[-2]
         block = self.block_size(query.shape[0], n_queries, key.shape[-2], query.element_size())
-        if block >= n_queries:
+        if block >= n_queries or self.compile:  # compiled: nothing of size Lq×Lk×d_a is stored
             return self._attend_block(q_proj, k_proj, value, key_padding_mask, dropout_p)
         recompute = torch.is_grad_enabled() and any(
             t.requires_grad for t in (q_proj, k_proj, value, self.v)
@@ -117,4 +147,4 @@ class AdditiveScore(ScoreFunction):
         return torch.cat(outs, dim=-2)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, chunk_size={self.chunk_size}"
+        return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, chunk_size={self.chunk_size}, compile={self.compile}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnbench.attention.base import ScoreFunction, sdpa_attend
@@ -25,11 +24,12 @@ class CosineScore(ScoreFunction):
         head_dim: d.
         init_temperature: initial τ; ``None`` means √d, which matches the
             logit range of ``scaled_dot`` for unit-variance q, k at init.
-        eps: added to the norms before dividing (``F.normalize``'s eps).
+        eps: lower bound of the norms before dividing (as ``F.normalize``).
 
     Parameters: ``log_temperature`` H (τ = exp(log_temperature)).
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
-    Fast path: SDPA on normalised q, k with the scale folded into q.
+    Fast path: SDPA on normalised q, k with τ folded into q's normalising
+    factor (one elementwise pass per tensor).
     """
 
     def __init__(
@@ -46,13 +46,16 @@ class CosineScore(ScoreFunction):
         """τ per head, shape H."""
         return self.log_temperature.exp()
 
-    def _scaled_normalised_query(self, query: Tensor) -> Tensor:
-        return F.normalize(query, dim=-1, eps=self.eps) * self.temperature()[:, None, None]
+    def _unit(self, x: Tensor, scale: Tensor | None = None) -> Tensor:
+        """x / max(‖x‖, eps) along the last dim, times ``scale`` (H) if given: one pass over x."""
+        factor = x.norm(dim=-1, keepdim=True).clamp_min(self.eps).reciprocal()  # B×H×L×1
+        if scale is not None:
+            factor = factor * scale[:, None, None]
+        return x * factor
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
-        key_hat = F.normalize(key, dim=-1, eps=self.eps)
-        return self._scaled_normalised_query(query) @ key_hat.transpose(-2, -1)
+        return self._unit(query, self.temperature()) @ self._unit(key).transpose(-2, -1)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
-        key_hat = F.normalize(key, dim=-1, eps=self.eps)
-        return sdpa_attend(self._scaled_normalised_query(query), key_hat, value, key_padding_mask, dropout_p, scale=1.0)
+        return sdpa_attend(self._unit(query, self.temperature()), self._unit(key), value, key_padding_mask,
+                           dropout_p, scale=1.0)

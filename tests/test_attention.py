@@ -34,9 +34,11 @@ def _inputs(b, h, lq, lk, d, dtype, seed=0, requires_grad=False):
     return q, k, v, mask
 
 
-def _score_fn(name, h, d, dtype, seed=1):
+def _score_fn(name, h, d, dtype, seed=1, euclidean_form=None):
     torch.manual_seed(seed)
     fn = build_score_function(name, n_heads=h, head_dim=d).to(dtype)
+    if euclidean_form == "augmented":
+        fn.bias_mask_max_pairs = 0  # force the extra-dimension form at any size
     with torch.no_grad():  # move parameters away from their special init (identity W, etc.)
         for p in fn.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -54,12 +56,16 @@ def test_scores_match_float64_reference(name, shape):
     torch.testing.assert_close(got, reference_scores(fn, q, k), rtol=0, atol=1e-10)
 
 
+PATHS = ["attend", "definition"]
+# every fast-path form: euclidean has two (bias mask / augmented dimension)
+CASES = [(n, p, None) for n in NAMES for p in PATHS] + [("euclidean", "attend", "augmented")]
+
+
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("path", ["attend", "definition"])
-def test_attention_output_and_gradients_match_reference(name, shape, path):
+@pytest.mark.parametrize("name, path, form", CASES)
+def test_attention_output_and_gradients_match_reference(name, path, form, shape):
     """Output and gradients (inputs and parameters) equal the float64 reference, with padding."""
-    fn = _score_fn(name, shape[1], shape[4], torch.float64)
+    fn = _score_fn(name, shape[1], shape[4], torch.float64, euclidean_form=form)
     q, k, v, mask = _inputs(*shape, torch.float64, requires_grad=True)
     run = fn.attend if path == "attend" else (lambda *a, **kw: ScoreFunction.attend(fn, *a, **kw))
     out = run(q, k, v, key_padding_mask=mask)
@@ -77,11 +83,11 @@ def test_attention_output_and_gradients_match_reference(name, shape, path):
         torch.testing.assert_close(got_g, ref_g, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_float32_matches_reference(name):
+@pytest.mark.parametrize("name, form", [(n, None) for n in NAMES] + [("euclidean", "augmented")])
+def test_float32_matches_reference(name, form):
     """float32 fast path (SDPA's fused CPU kernels) within 1e-5 of float64, outputs and gradients."""
     shape = (2, 2, 7, 11, 8)
-    fn = _score_fn(name, 2, 8, torch.float32)
+    fn = _score_fn(name, 2, 8, torch.float32, euclidean_form=form)
     q, k, v, mask = _inputs(*shape, torch.float32, requires_grad=True)
     out = fn.attend(q, k, v, mask)
     ref = reference_attention(fn, q, k, v, mask)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attnbench.attention import MultiHeadAttention, ScoreFunction, available, build_score_function, masked_softmax
+from attnbench.attention.base import blocked_attend
 from attnbench.attention.reference import reference_attention, reference_scores
 
 NAMES = available()
@@ -166,9 +167,10 @@ def test_multihead_rejects_indivisible_d_model():
 
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 64])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_additive_blocked_fast_path_matches_reference(shape, chunk_size):
+@pytest.mark.parametrize("name", ["additive", "l2"])
+def test_blocked_fast_path_matches_reference(name, shape, chunk_size):
     """Query blocks with recomputation in the backward: outputs and all gradients stay exact."""
-    fn = _score_fn("additive", shape[1], shape[4], torch.float64)
+    fn = _score_fn(name, shape[1], shape[4], torch.float64)
     fn.chunk_size = chunk_size
     q, k, v, mask = _inputs(*shape, torch.float64, requires_grad=True)
     out = fn.attend(q, k, v, key_padding_mask=mask)
@@ -202,7 +204,9 @@ def test_additive_blocked_dropout_is_replayed_in_backward():
 
     torch.manual_seed(123)
     q_proj, k_proj = q @ fn.w_query, k @ fn.w_key
-    kept = torch.cat([fn._attend_block(q_proj[..., s : s + 2, :], k_proj, v, mask, 0.3) for s in range(0, 5, 2)], -2)
+    # each slice is one block: no recomputation, activations kept
+    kept = torch.cat([blocked_attend(fn._pair_scores, q_proj[..., s : s + 2, :], k_proj, v, mask, 0.3, block=2)
+                      for s in range(0, 5, 2)], -2)
     torch.testing.assert_close(out, kept, rtol=0, atol=1e-12)
     for got, want in zip(grads, torch.autograd.grad(kept.sum(), [q, k, v])):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)

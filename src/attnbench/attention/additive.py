@@ -6,11 +6,9 @@ import math
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
-from attnbench.attention.base import ScoreFunction, masked_softmax
+from attnbench.attention.base import ScoreFunction, blocked_attend
 from attnbench.attention.registry import register
 
 
@@ -67,12 +65,11 @@ class AdditiveScore(ScoreFunction):
     matrix multiply, which is the point the product measures.
 
     Fast path (:meth:`attend`): the projections are computed once, then
-    queries are processed in blocks; softmax is over keys, so each block is
-    exact on its own. When gradients are needed each block runs under
-    activation checkpointing (``torch.utils.checkpoint``): its hidden tensor
-    is recomputed in the backward instead of stored, so memory is
-    O(B·H·block·Lk·d_a) in the forward and the backward, for about one extra
-    forward of time. When everything fits in one block, no checkpointing.
+    queries are processed in blocks (:func:`~attnbench.attention.base.blocked_attend`):
+    each block's hidden tensor is recomputed in the backward instead of
+    stored, so memory is O(B·H·block·Lk·d_a) in the forward and the backward,
+    for about one extra forward of time. When everything fits in one block,
+    no recomputation.
     """
 
     def __init__(
@@ -117,34 +114,15 @@ class AdditiveScore(ScoreFunction):
         per_query = batch * self.n_heads * n_keys * self.hidden_dim * element_size
         return max(1, min(n_queries, self.chunk_bytes // max(1, per_query)))
 
-    def _attend_block(
-        self, q_proj: Tensor, k_proj: Tensor, value: Tensor, key_padding_mask: Tensor | None, dropout_p: float
-    ) -> Tensor:
-        weights = masked_softmax(self._pair_scores(q_proj, k_proj), key_padding_mask)
-        if dropout_p > 0.0:
-            weights = F.dropout(weights, p=dropout_p, training=True)
-        return weights @ value
-
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         q_proj = query @ self.w_query  # B×H×Lq×d_a
         k_proj = key @ self.w_key  # B×H×Lk×d_a
         n_queries = query.shape[-2]
-        block = self.block_size(query.shape[0], n_queries, key.shape[-2], query.element_size())
-        if block >= n_queries or self.compile:  # compiled: nothing of size Lq×Lk×d_a is stored
-            return self._attend_block(q_proj, k_proj, value, key_padding_mask, dropout_p)
-        recompute = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (q_proj, k_proj, value, self.v)
+        # compiled: nothing of size Lq×Lk×d_a is stored, so one block
+        block = n_queries if self.compile else self.block_size(
+            query.shape[0], n_queries, key.shape[-2], query.element_size()
         )
-        outs = []
-        for start in range(0, n_queries, block):
-            q_block = q_proj[..., start : start + block, :]
-            if recompute:
-                # preserve_rng_state (default) replays the same dropout mask in the backward
-                outs.append(checkpoint(self._attend_block, q_block, k_proj, value, key_padding_mask, dropout_p,
-                                       use_reentrant=False))
-            else:
-                outs.append(self._attend_block(q_block, k_proj, value, key_padding_mask, dropout_p))
-        return torch.cat(outs, dim=-2)
+        return blocked_attend(self._pair_scores, q_proj, k_proj, value, key_padding_mask, dropout_p, block)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, chunk_size={self.chunk_size}, compile={self.compile}"

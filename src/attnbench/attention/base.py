@@ -19,9 +19,12 @@ zero output row, never NaN.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 
 class ScoreFunction(nn.Module):
@@ -107,6 +110,54 @@ def masked_softmax(scores: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     # -inf, which gives NaN), then zero them afterwards.
     weights = torch.softmax(scores.masked_fill(pad & ~all_pad, float("-inf")), dim=-1)
     return weights.masked_fill(all_pad, 0.0)
+
+
+def blocked_attend(
+    pair_scores: Callable[[Tensor, Tensor], Tensor],
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor | None,
+    dropout_p: float,
+    block: int,
+) -> Tensor:
+    """``softmax(pair_scores(query, key))·value`` computed ``block`` queries at a time.
+
+    Softmax runs over keys, so each query block is exact on its own. When
+    gradients are needed, each block runs under ``torch.utils.checkpoint``:
+    its intermediates are recomputed in the backward instead of stored, so
+    memory is that of one block in the forward and the backward (about one
+    extra forward of time); the dropout mask is replayed exactly.
+
+    Args:
+        pair_scores: ``(query_block B×H×b×d_q, key B×H×Lk×d_k) -> B×H×b×Lk``.
+        query: B×H×Lq×d_q; key: B×H×Lk×d_k; value: B×H×Lk×d_v.
+        key_padding_mask: optional bool B×Lk, True = padding.
+        dropout_p: attention-weight dropout probability.
+        block: queries per block (>= 1); ``block >= Lq`` means one plain pass.
+
+    Returns:
+        B×H×Lq×d_v.
+    """
+
+    def attend_block(q_block: Tensor, key: Tensor, value: Tensor) -> Tensor:
+        weights = masked_softmax(pair_scores(q_block, key), key_padding_mask)
+        if dropout_p > 0.0:
+            weights = F.dropout(weights, p=dropout_p, training=True)
+        return weights @ value
+
+    n_queries = query.shape[-2]
+    if block >= n_queries:
+        return attend_block(query, key, value)
+    recompute = torch.is_grad_enabled()
+    outs = []
+    for start in range(0, n_queries, block):
+        q_block = query[..., start : start + block, :]
+        if recompute:
+            outs.append(checkpoint(attend_block, q_block, key, value, use_reentrant=False))
+        else:
+            outs.append(attend_block(q_block, key, value))
+    return torch.cat(outs, dim=-2)
 
 
 def sdpa_attend(

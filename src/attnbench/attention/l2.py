@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction
+from attnbench.attention.base import ScoreFunction, blocked_attend
 from attnbench.attention.registry import register
 
 
@@ -19,12 +19,39 @@ class L2Score(ScoreFunction):
     never O(Lq·Lk·d), and its gradient at zero distance is zero, not NaN.
 
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
+    Fast path: queries in blocks whose B×H×block×Lk scores fit ``chunk_bytes``
+    (recomputed in the backward), so long sequences never hold all Lq×Lk
+    scores and their softmax at once.
+
+    Args:
+        n_heads: H.
+        head_dim: d.
+        chunk_size: queries per block; ``None`` picks the most that fit ``chunk_bytes``.
+        chunk_bytes: memory budget of one block's scores (bytes); default 64 MiB.
+
     Half-precision inputs are computed in float32 (CPU ``cdist`` has no
     bfloat16 kernel for short sequences, and the GEMM expansion loses the
     small distances to cancellation in 8-bit mantissas).
     """
 
+    def __init__(self, n_heads: int, head_dim: int, chunk_size: int | None = None,
+                 chunk_bytes: int = 64 * 2**20) -> None:
+        super().__init__(n_heads, head_dim)
+        if chunk_size is not None and int(chunk_size) < 1:
+            raise ValueError(f"l2: attention.chunk_size must be >= 1 (or null for automatic), got {chunk_size}")
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self.chunk_bytes = int(chunk_bytes)
+
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         if query.dtype in (torch.float16, torch.bfloat16):
             return -torch.cdist(query.float(), key.float(), p=2.0).to(query.dtype)
         return -torch.cdist(query, key, p=2.0)
+
+    def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        n_queries = query.shape[-2]
+        if self.chunk_size is not None:
+            block = self.chunk_size
+        else:
+            per_query = query.shape[0] * self.n_heads * key.shape[-2] * query.element_size()
+            block = max(1, self.chunk_bytes // max(1, per_query))
+        return blocked_attend(self.scores, query, key, value, key_padding_mask, dropout_p, min(block, n_queries))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import REPO_ROOT
 
 
@@ -27,10 +29,15 @@ def test_unknown_score_function_lists_the_valid_ones():
     assert "scaled_dot" in proc.stderr and "additive" in proc.stderr
 
 
-def test_bad_model_config_fails_fast_with_one_message(tmp_path):
-    proc = _run("model.n_heads=3", "logger=none", f"hydra.run.dir={tmp_path}")
+@pytest.mark.parametrize("override, message", [
+    ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
+    ("data.batch_size=0", "data.batch_size must be >= 1, got 0"),
+    ("model.dropout=1.5", "model.dropout must be in [0, 1), got 1.5"),
+])
+def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):
+    proc = _run(override, "logger=none", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 1
-    out = proc.stdout + proc.stderr
-    assert "d_model=128 is not divisible by" in out and "n_heads=3" in out
+    out = " ".join((proc.stdout + proc.stderr).split())  # the console log wraps long lines
+    assert message in out
     assert "Traceback" not in out
     assert not (tmp_path / "metrics.json").exists()

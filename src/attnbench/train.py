@@ -18,6 +18,7 @@ from typing import Any
 import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from pytorch_lightning.callbacks.progress import ProgressBar
 from hydra.types import RunMode
 from hydra.utils import instantiate
@@ -131,7 +132,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(cfg.seed, workers=True)
 
-    datamodule: TextClassificationDataModule = instantiate(cfg.data)
+    try:
+        datamodule: TextClassificationDataModule = instantiate(cfg.data)
+    except InstantiationException as err:  # Hydra wraps constructor errors; show ours as they are
+        if isinstance(err.__cause__, AttnbenchError):
+            raise err.__cause__ from None
+        raise
     datamodule.prepare_data()
     datamodule.setup("fit")
 

@@ -8,6 +8,7 @@ the run summary and ``metrics.json``.
 
 from __future__ import annotations
 
+import logging
 import resource
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
+log = logging.getLogger(__name__)
 
 def batch_size(batch: dict[str, Any]) -> int:
     """Number of samples in a collated batch (``ThroughputMonitor.batch_size_fn``)."""
@@ -111,6 +113,11 @@ class RunStats(pl.Callback):
             self.summary["train/samples_per_sec"] = self._train_samples / self._train_time
             self.summary["train/tokens_per_sec"] = self._train_tokens / self._train_time
             self.summary["train/time_sec"] = self._train_time
+        elif self._steps_seen:
+            log.warning(
+                "Only %d training steps, all within the %d warm-up steps: no training throughput is reported "
+                "(lower callbacks.run_stats.warmup_steps or train longer).", self._steps_seen, self.warmup_steps,
+            )
         self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
 
     def on_test_epoch_start(self, trainer, pl_module) -> None:

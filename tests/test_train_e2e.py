@@ -89,15 +89,19 @@ def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
     dirs = {metrics["output_dir"] for metrics, _ in multirun.values()}
     assert len(run_ids) == len(dirs) == len(available())
     assert len(groups) == 1 and None not in groups
+    # the run config names the group the run joined
+    assert {run["config"]["logger"]["wandb"]["group"] for _, run in multirun.values()} == groups
 
 
 def test_short_run_learns(tmp_path, data_dir):
     """A few hundred steps on SST-2 beat the majority class of the official validation split clearly."""
     out = tmp_path / "run"
-    run_train(["attention=scaled_dot", "model=tiny", "trainer.max_steps=300", "trainer.val_check_interval=100",
+    run_train(["attention=scaled_dot", "model=tiny", "trainer.max_steps=300",
                "trainer.enable_progress_bar=false", "logger=csv",
                f"hydra.run.dir={out}"],
               {"ATTNBENCH_DATA_DIR": str(data_dir), "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")})
     metrics = json.loads((out / "metrics.json").read_text())
     majority = 444 / 872  # positives in the SST-2 validation split
     assert metrics["test/acc"] >= majority + 0.12, metrics
+    # 300 steps end before the first epoch (about 1000 batches): the run still validated and tested that checkpoint
+    assert "val/acc" in metrics and "step300" in metrics["best_checkpoint"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import warnings
@@ -82,6 +83,26 @@ def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callbac
     return callbacks, stats
 
 
+def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDataModule) -> dict[str, Any]:
+    """``val_check_interval=max_steps`` when the run ends before its first epoch does.
+
+    Lightning validates at epoch ends by default; a ``trainer.max_steps`` run
+    shorter than one epoch would otherwise never validate, never checkpoint,
+    and test its last weights rather than the best ones.
+    """
+    max_steps = int(cfg.trainer.get("max_steps") or -1)
+    batches_per_epoch = math.ceil(len(datamodule.splits["train"]) / datamodule.batch_size)
+    limit = cfg.trainer.get("limit_train_batches")
+    if isinstance(limit, int) and limit > 0:
+        batches_per_epoch = min(batches_per_epoch, limit)
+    interval = cfg.trainer.get("val_check_interval", 1.0)
+    if 0 < max_steps < batches_per_epoch and isinstance(interval, float) and interval == 1.0:
+        log.info("The run ends at step %d, before its first epoch (%d batches): validating at step %d.",
+                 max_steps, batches_per_epoch, max_steps)
+        return {"val_check_interval": max_steps}
+    return {}
+
+
 def _module_kwargs(cfg: DictConfig) -> dict[str, Any]:
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
@@ -150,6 +171,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    if cfg.logger.get("wandb") is not None:  # the run config shows the group the run really joined
+        resolved["logger"]["wandb"]["group"] = _wandb_group(cfg)
     loggers: list = []
     wandb_logger = None
     if cfg.logger.get("wandb") is not None:
@@ -160,7 +183,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             config=resolved,
             project=wb_cfg.project,
             entity=wb_cfg.get("entity"),
-            group=_wandb_group(cfg),
+            group=resolved["logger"]["wandb"]["group"],
             tags=list(wb_cfg.get("tags") or []),
             mode=wb_cfg.get("mode", "auto"),
             init_timeout=float(wb_cfg.get("init_timeout", 60)),
@@ -172,7 +195,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     callbacks, stats = _build_callbacks(cfg, output_dir)
     trainer: pl.Trainer = instantiate(
-        cfg.trainer, logger=loggers or False, callbacks=callbacks, default_root_dir=str(output_dir)
+        cfg.trainer, logger=loggers or False, callbacks=callbacks, default_root_dir=str(output_dir),
+        **_validation_for_short_runs(cfg, datamodule),
     )
     log.info(
         "Training %s on %s: %s parameters, output in %s",
@@ -217,6 +241,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             wandb.finish()
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"W&B finish failed: {err}", stacklevel=1)
+    log.info("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     _print_summary(summary, info)
     return summary
 

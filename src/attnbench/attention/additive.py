@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -26,14 +27,10 @@ def additive_pair_scores(q_proj: Tensor, k_proj: Tensor, v: Tensor) -> Tensor:
     return (hidden @ v[None, :, None, :, None]).squeeze(-1)
 
 
-_compiled_pair_scores = None
-
-
+@functools.cache
 def _compiled() -> Callable[[Tensor, Tensor, Tensor], Tensor]:
-    global _compiled_pair_scores
-    if _compiled_pair_scores is None:
-        _compiled_pair_scores = torch.compile(additive_pair_scores, dynamic=True)
-    return _compiled_pair_scores
+    """``additive_pair_scores`` under ``torch.compile``, built once per process."""
+    return torch.compile(additive_pair_scores, dynamic=True)
 
 
 @register("additive")

@@ -41,6 +41,7 @@ from torch import nn
 
 from attnbench.callbacks import RunStats, batch_size, num_tokens
 from attnbench.module import TextClassifierModule
+from attnbench.train import module_kwargs
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -90,11 +91,11 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
 
 def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None) -> float:
     """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
-    module = TextClassifierModule(
-        vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length, pad_id=dm.pad_id,
-        model=OmegaConf.to_container(cfg.model), attention=attention or OmegaConf.to_container(cfg.attention),
-        optim=OmegaConf.to_container(cfg.optim),
-    )
+    kwargs = module_kwargs(cfg)
+    if attention is not None:
+        kwargs["attention"] = attention
+    module = TextClassifierModule(vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length,
+                                  pad_id=dm.pad_id, **kwargs)
     stats = RunStats(warmup_steps=warmup)
     callbacks = [
         stats,

@@ -19,6 +19,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
+
 def batch_size(batch: dict[str, Any]) -> int:
     """Number of samples in a collated batch (``ThroughputMonitor.batch_size_fn``)."""
     return int(batch["labels"].shape[0])

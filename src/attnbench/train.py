@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 import warnings
@@ -91,7 +90,7 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
     and test its last weights rather than the best ones.
     """
     max_steps = int(cfg.trainer.get("max_steps") or -1)
-    batches_per_epoch = math.ceil(len(datamodule.splits["train"]) / datamodule.batch_size)
+    batches_per_epoch = len(datamodule.train_dataloader())
     limit = cfg.trainer.get("limit_train_batches")
     if isinstance(limit, int) and limit > 0:
         batches_per_epoch = min(batches_per_epoch, limit)
@@ -103,7 +102,8 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
     return {}
 
 
-def _module_kwargs(cfg: DictConfig) -> dict[str, Any]:
+def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
+    """The ``model``, ``attention`` and ``optim`` arguments of ``TextClassifierModule`` as plain dicts."""
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "attention": OmegaConf.to_container(cfg.attention, resolve=True),
@@ -121,7 +121,7 @@ def check_config(cfg: DictConfig) -> None:
     """
     try:
         TextClassifierModule(vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0,
-                             **_module_kwargs(cfg))
+                             **module_kwargs(cfg))
         warmup_decay_lambda(1, 2, cfg.optim.get("schedule", "cosine"), 0.0)
         if not float(cfg.optim.lr) > 0:
             raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}")
@@ -167,7 +167,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         num_classes=datamodule.num_classes,
         max_length=datamodule.max_length,
         pad_id=datamodule.pad_id,
-        **_module_kwargs(cfg),
+        **module_kwargs(cfg),
     )
 
     resolved = OmegaConf.to_container(cfg, resolve=True)

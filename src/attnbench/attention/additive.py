@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction, blocked_attend
+from attnbench.attention.base import ScoreFunction, blocked_attend, query_block_size, validated_chunking
 from attnbench.attention.registry import register
 
 
@@ -82,13 +82,8 @@ class AdditiveScore(ScoreFunction):
         hidden_dim = head_dim if hidden_dim is None else int(hidden_dim)
         if hidden_dim < 1:
             raise ValueError(f"additive: attention.hidden_dim must be >= 1 (or null for head_dim), got {hidden_dim}")
-        if chunk_size is not None and int(chunk_size) < 1:
-            raise ValueError(f"additive: attention.chunk_size must be >= 1 (or null for automatic), got {chunk_size}")
-        if int(chunk_bytes) < 1:
-            raise ValueError(f"additive: attention.chunk_bytes must be >= 1, got {chunk_bytes}")
         self.hidden_dim = hidden_dim
-        self.chunk_size = None if chunk_size is None else int(chunk_size)
-        self.chunk_bytes = int(chunk_bytes)
+        self.chunk_size, self.chunk_bytes = validated_chunking("additive", chunk_size, chunk_bytes)
         self.compile = bool(compile)
         bound = 1.0 / math.sqrt(head_dim)
         self.w_query = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
@@ -106,10 +101,8 @@ class AdditiveScore(ScoreFunction):
 
     def block_size(self, batch: int, n_queries: int, n_keys: int, element_size: int) -> int:
         """Queries per block: ``chunk_size``, or the most that fit ``chunk_bytes``."""
-        if self.chunk_size is not None:
-            return min(self.chunk_size, n_queries)
         per_query = batch * self.n_heads * n_keys * self.hidden_dim * element_size
-        return max(1, min(n_queries, self.chunk_bytes // max(1, per_query)))
+        return query_block_size(self.chunk_size, self.chunk_bytes, n_queries, per_query)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         q_proj = query @ self.w_query  # B×H×Lq×d_a

@@ -112,6 +112,30 @@ def masked_softmax(scores: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return weights.masked_fill(all_pad, 0.0)
 
 
+def validated_chunking(score: str, chunk_size: int | None, chunk_bytes: int) -> tuple[int | None, int]:
+    """``(chunk_size, chunk_bytes)`` of a blocked fast path, as ints.
+
+    Raises:
+        ValueError: ``chunk_size`` < 1 (``None`` means automatic) or ``chunk_bytes`` < 1.
+    """
+    if chunk_size is not None and int(chunk_size) < 1:
+        raise ValueError(f"{score}: attention.chunk_size must be >= 1 (or null for automatic), got {chunk_size}")
+    if int(chunk_bytes) < 1:
+        raise ValueError(f"{score}: attention.chunk_bytes must be >= 1, got {chunk_bytes}")
+    return (None if chunk_size is None else int(chunk_size)), int(chunk_bytes)
+
+
+def query_block_size(chunk_size: int | None, chunk_bytes: int, n_queries: int, bytes_per_query: int) -> int:
+    """Queries per block: ``chunk_size``, or the most whose ``bytes_per_query`` fit in ``chunk_bytes``.
+
+    Always in [1, n_queries]; ``bytes_per_query`` is what one query row of the
+    block materialises (bytes).
+    """
+    if chunk_size is not None:
+        return max(1, min(chunk_size, n_queries))
+    return max(1, min(n_queries, chunk_bytes // max(1, bytes_per_query)))
+
+
 def blocked_attend(
     pair_scores: Callable[[Tensor, Tensor], Tensor],
     query: Tensor,

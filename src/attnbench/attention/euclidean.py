@@ -38,13 +38,13 @@ class EuclideanScore(ScoreFunction):
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
     """
 
+    bias_mask_max_pairs: int = 256 * 256  # above this Lq·Lk, gradients use the extra-dimension form
+
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         dots = query @ key.transpose(-2, -1)
         q_sq = query.square().sum(-1, keepdim=True)  # B×H×Lq×1
         k_sq = key.square().sum(-1).unsqueeze(-2)  # B×H×1×Lk
         return (2.0 * dots - q_sq - k_sq) * (1.0 / math.sqrt(self.head_dim))
-
-    bias_mask_max_pairs: int = 256 * 256
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         inv_sqrt_d = 1.0 / math.sqrt(self.head_dim)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, blocked_attend
+from attnbench.attention.base import ScoreFunction, blocked_attend, query_block_size, validated_chunking
 from attnbench.attention.registry import register
 
 
@@ -37,10 +37,7 @@ class L2Score(ScoreFunction):
     def __init__(self, n_heads: int, head_dim: int, chunk_size: int | None = None,
                  chunk_bytes: int = 64 * 2**20) -> None:
         super().__init__(n_heads, head_dim)
-        if chunk_size is not None and int(chunk_size) < 1:
-            raise ValueError(f"l2: attention.chunk_size must be >= 1 (or null for automatic), got {chunk_size}")
-        self.chunk_size = None if chunk_size is None else int(chunk_size)
-        self.chunk_bytes = int(chunk_bytes)
+        self.chunk_size, self.chunk_bytes = validated_chunking("l2", chunk_size, chunk_bytes)
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         if query.dtype in (torch.float16, torch.bfloat16):
@@ -48,10 +45,6 @@ class L2Score(ScoreFunction):
         return -torch.cdist(query, key, p=2.0)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
-        n_queries = query.shape[-2]
-        if self.chunk_size is not None:
-            block = self.chunk_size
-        else:
-            per_query = query.shape[0] * self.n_heads * key.shape[-2] * query.element_size()
-            block = max(1, self.chunk_bytes // max(1, per_query))
-        return blocked_attend(self.scores, query, key, value, key_padding_mask, dropout_p, min(block, n_queries))
+        per_query = query.shape[0] * self.n_heads * key.shape[-2] * query.element_size()  # one row of scores
+        block = query_block_size(self.chunk_size, self.chunk_bytes, query.shape[-2], per_query)
+        return blocked_attend(self.scores, query, key, value, key_padding_mask, dropout_p, block)

@@ -123,7 +123,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         max_length: truncate every text to at most this many tokens.
         batch_size: training batch size; ``eval_batch_size`` for val/test.
         num_workers: DataLoader worker processes.
-        tokenizer: ``{kind: wordpiece|byte_bpe, vocab_size, lowercase, min_frequency}``.
+        tokenizer: ``{kind: wordpiece|byte_bpe|bytes, vocab_size, lowercase, min_frequency}``
+            (``bytes``: one token per UTF-8 byte, vocab_size ignored).
         max_train_samples, max_eval_samples: optional caps for short runs
             (``max_eval_samples`` applies to validation and test).
 
@@ -176,9 +177,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.num_workers = int(num_workers)
         self.tokenizer_cfg = {"kind": "wordpiece", "vocab_size": 16000, "lowercase": True, "min_frequency": 2}
         self.tokenizer_cfg.update(dict(tokenizer or {}))
-        if self.tokenizer_cfg["kind"] not in ("wordpiece", "byte_bpe"):
+        if self.tokenizer_cfg["kind"] not in ("wordpiece", "byte_bpe", "bytes"):
             raise DataConfigError(
-                f"data.tokenizer.kind must be 'wordpiece' or 'byte_bpe', got {self.tokenizer_cfg['kind']!r}"
+                f"data.tokenizer.kind must be 'wordpiece', 'byte_bpe' or 'bytes', got {self.tokenizer_cfg['kind']!r}"
             )
         self.max_train_samples = max_train_samples
         self.max_eval_samples = max_eval_samples
@@ -284,6 +285,17 @@ class TextClassificationDataModule(pl.LightningDataModule):
             trainer = trainers.WordPieceTrainer(
                 vocab_size=int(cfg["vocab_size"]), min_frequency=int(cfg["min_frequency"]), special_tokens=special
             )
+        elif cfg["kind"] == "bytes":
+            # One token per UTF-8 byte, nothing learned: the Long Range Arena "Text" setting (Tay et al. 2021).
+            alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+            vocab = {token: i for i, token in enumerate(special + alphabet)}
+            tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
+            if cfg["lowercase"]:
+                tok.normalizer = normalizers.Lowercase()
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+            tok.decoder = decoders.ByteLevel()
+            tok.enable_truncation(self.max_length)
+            return tok
         else:
             tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
             if cfg["lowercase"]:

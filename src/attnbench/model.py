@@ -26,10 +26,12 @@ class TransformerBlock(nn.Module):
         score_options: dict[str, Any] | None,
         dropout: float,
         attn_dropout: float,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.attn_norm = nn.LayerNorm(d_model)
-        self.attn = MultiHeadAttention(d_model, n_heads, score, score_options, attn_dropout=attn_dropout)
+        self.attn = MultiHeadAttention(d_model, n_heads, score, score_options, attn_dropout=attn_dropout,
+                                       head_dim=head_dim)
         self.mlp_norm = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
         self.dropout = nn.Dropout(dropout)
@@ -49,7 +51,8 @@ class TransformerClassifier(nn.Module):
         score: attention score function name (see :mod:`attnbench.attention`).
         score_options: that score function's options.
         d_model: model width.
-        n_heads: attention heads; must divide ``d_model``.
+        n_heads: attention heads; must divide ``d_model`` unless ``head_dim`` is set.
+        head_dim: per-head query/key/value size d_k; ``None`` = d_model / n_heads.
         n_layers: number of blocks.
         d_ff: MLP hidden width.
         dropout: dropout on embeddings, residual branches and before the head.
@@ -82,6 +85,7 @@ class TransformerClassifier(nn.Module):
         attn_dropout: float = 0.0,
         pooling: str = "mean",
         pad_id: int = 0,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         sizes = dict(vocab_size=vocab_size, num_classes=num_classes, max_length=max_length, d_model=d_model,
@@ -102,7 +106,7 @@ class TransformerClassifier(nn.Module):
         self.cls_embedding = nn.Parameter(torch.zeros(1, 1, d_model)) if pooling == "cls" else None
         self.embed_dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(d_model, n_heads, d_ff, score, score_options, dropout, attn_dropout)
+            TransformerBlock(d_model, n_heads, d_ff, score, score_options, dropout, attn_dropout, head_dim)
             for _ in range(n_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)

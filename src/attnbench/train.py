@@ -213,7 +213,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
     test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
-    summary: dict[str, Any] = {**fit_metrics, **test_metrics, **stats.summary}
+    summary: dict[str, Any] = {**fit_metrics, **test_metrics}
+    for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
+        summary.update(getattr(callback, "summary", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
     info: dict[str, Any] = {
         "run_name": cfg.run_name,

@@ -18,8 +18,13 @@ class MultiHeadAttention(nn.Module):
     function's name: everything variant-specific lives in the score function.
 
     Args:
-        d_model: model width; must be divisible by ``n_heads``.
-        n_heads: number of heads H; head_dim = d_model / n_heads.
+        d_model: model width.
+        n_heads: number of heads H.
+        head_dim: size d of each head's query/key/value; ``None`` means
+            d_model / n_heads (the usual tie, which then needs ``d_model``
+            divisible by ``n_heads``). Setting it decouples d_k from the model
+            width (the projections map d_model -> H·head_dim -> d_model), which
+            is how Vaswani et al. 2017 Table 3 (B) varies d_k.
         score: registry name of the score function (``dot``, ``additive``, ...).
         score_options: keyword options of that score function (its YAML).
         attn_dropout: dropout probability on the attention weights.
@@ -29,7 +34,8 @@ class MultiHeadAttention(nn.Module):
     -> B×L×d_model``.
 
     Raises:
-        ValueError: if ``d_model`` is not divisible by ``n_heads``.
+        ValueError: if ``head_dim`` is ``None`` and ``d_model`` is not divisible
+            by ``n_heads``, or ``head_dim`` < 1.
     """
 
     def __init__(
@@ -40,19 +46,25 @@ class MultiHeadAttention(nn.Module):
         score_options: dict[str, Any] | None = None,
         attn_dropout: float = 0.0,
         bias: bool = True,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-                "set model.d_model to a multiple of model.n_heads."
-            )
+        if head_dim is None:
+            if d_model % n_heads != 0:
+                raise ValueError(
+                    f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                    "set model.d_model to a multiple of model.n_heads (or set model.head_dim)."
+                )
+            head_dim = d_model // n_heads
+        if int(head_dim) < 1:
+            raise ValueError(f"model.head_dim must be >= 1 (or null for d_model / n_heads), got {head_dim}")
         self.d_model = d_model
         self.n_heads = n_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = int(head_dim)
+        self.inner_dim = n_heads * self.head_dim
         self.attn_dropout = attn_dropout
-        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.qkv_proj = nn.Linear(d_model, 3 * self.inner_dim, bias=bias)
+        self.out_proj = nn.Linear(self.inner_dim, d_model, bias=bias)
         self.score_fn: ScoreFunction = build_score_function(
             score, n_heads=n_heads, head_dim=self.head_dim, **(score_options or {})
         )
@@ -62,10 +74,14 @@ class MultiHeadAttention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Query, key and value heads of ``x`` (B×L×d_model): three B×H×L×head_dim tensors."""
         query, key, value = self.qkv_proj(x).chunk(3, dim=-1)
-        query, key, value = self.split_heads(query), self.split_heads(key), self.split_heads(value)
+        return self.split_heads(query), self.split_heads(key), self.split_heads(value)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        query, key, value = self.project(x)
         dropout_p = self.attn_dropout if self.training else 0.0
         out = self.score_fn.attend(query, key, value, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
         b, _, length, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.d_model))
+        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.inner_dim))

@@ -21,6 +21,7 @@ inside attnbench's training step (same batches, runs interleaved, best of
     python scripts/bench_train.py                 # model=small, 300 steps
     python scripts/bench_train.py --steps 100 --model tiny
     python scripts/bench_train.py --attention scaled_dot,euclidean,cosine --repeats 3
+    python scripts/bench_train.py --diagnostics --repeats 3   # overhead of the attention diagnostics
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
     return tokens / (time.perf_counter() - t0)
 
 
-def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None) -> float:
+def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None,
+                  extra_callbacks: tuple[pl.Callback, ...] = ()) -> float:
     """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
     kwargs = module_kwargs(cfg)
     if attention is not None:
@@ -101,13 +103,14 @@ def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dic
         stats,
         pl.callbacks.ThroughputMonitor(batch_size_fn=batch_size, length_fn=num_tokens, window_size=50, separator="/"),
         pl.callbacks.LearningRateMonitor(logging_interval="step"),
+        *extra_callbacks,
     ]
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=steps, limit_val_batches=0, num_sanity_val_steps=0,
         gradient_clip_val=1.0, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         logger=pl.loggers.CSVLogger(log_dir, name="bench_train"), callbacks=callbacks, log_every_n_steps=50,
     )
-    trainer.fit(module, train_dataloaders=dm.train_dataloader())
+    trainer.fit(module, datamodule=dm)  # validation is off (limit_val_batches=0)
     return stats.summary["train/tokens_per_sec"]
 
 
@@ -119,10 +122,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, best counts (default: 2)")
     parser.add_argument("--attention", default=None,
                         help="comma-separated score functions to compare inside attnbench (first = reference)")
+    parser.add_argument("--diagnostics", action="store_true",
+                        help="measure the attention-diagnostics callback's overhead (with vs without, interleaved)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. data.batch_size=32")
     args = parser.parse_args(argv)
     if args.attention:
         return compare_attention(args)
+    if args.diagnostics:
+        return diagnostics_overhead(args)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -177,6 +184,57 @@ def compare_attention(args: argparse.Namespace) -> dict[str, float]:
         print(f"  {n:<11} train tokens/s: {best[n]:>10,.0f}   ratio to {names[0]}: {best[n] / best[names[0]]:.3f}"
               f"   (runs: {runs})")
     return best
+
+
+def diagnostics_overhead(args: argparse.Namespace) -> dict[str, float]:
+    """Training tokens/s with and without ``AttentionDiagnostics`` (its default config), interleaved.
+
+    Also times the callback's work directly: one probe (forward on the probe
+    batch + statistics) and one gradient-norm read, against the mean step time,
+    which gives the overhead fraction ``(probe + grads) / (every_n_steps * step)``
+    independent of run-to-run noise.
+    """
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={args.model}", *args.overrides])
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    diag_cfg = cfg.callbacks.attention_diagnostics
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    probe_sec: list[float] = []
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(args.repeats):
+            for side in ("without", "with"):
+                pl.seed_everything(cfg.seed, workers=True)
+                extra = (instantiate(diag_cfg),) if side == "with" else ()
+                rates[side].append(lightning_run(cfg, dm, args.steps, args.warmup, log_dir, extra_callbacks=extra))
+        callback = instantiate(diag_cfg)
+        module = TextClassifierModule(vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length,
+                                      pad_id=dm.pad_id, **module_kwargs(cfg))
+        trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+        trainer.fit(module, datamodule=dm)  # one step, so gradients exist
+        callback.on_fit_start(trainer, module)
+        for _ in range(5):
+            t0 = time.perf_counter()
+            callback.probe(module)
+            callback.gradient_norms(module)
+            probe_sec.append(time.perf_counter() - t0)
+    best = {k: max(v) for k, v in rates.items()}
+    batch_tokens = sum(int(b["num_tokens"]) for b, _ in zip(dm.train_dataloader(), range(50))) / 50
+    step_sec = batch_tokens / best["without"]
+    probe = sorted(probe_sec)[len(probe_sec) // 2]
+    fraction = probe / (diag_cfg.every_n_steps * step_sec)
+    print(f"\nmodel={args.model}, data={cfg.data.name}, batch={cfg.data.batch_size}, {args.steps} steps "
+          f"({args.warmup} warm-up), best of {args.repeats} interleaved runs, {torch.get_num_threads()} threads; "
+          f"diagnostics every {diag_cfg.every_n_steps} steps on {diag_cfg.probe_size} examples")
+    for side in ("without", "with"):
+        runs = ", ".join(f"{x:,.0f}" for x in rates[side])
+        print(f"  {side:<8} diagnostics: train tokens/s {best[side]:>10,.0f}   (runs: {runs})")
+    print(f"  ratio with / without: {best['with'] / best['without']:.3f}")
+    print(f"  one probe + gradient norms: {probe * 1e3:.1f} ms; mean step: {step_sec * 1e3:.1f} ms; "
+          f"overhead = probe / ({diag_cfg.every_n_steps} steps) = {fraction:.2%}")
+    return {**best, "ratio": best["with"] / best["without"], "probe_sec": probe, "overhead": fraction}
 
 
 if __name__ == "__main__":

@@ -87,3 +87,22 @@ def test_no_local_files_and_no_hub_gives_one_clear_error(tmp_path, monkeypatch):
     msg = str(err.value)
     assert "ATTNBENCH_DATA_DIR" in msg and "Hub" in msg and "sst2/train.parquet" in msg
     assert not list(tmp_path.glob("sst2-*"))  # nothing half-written
+
+
+def test_bytes_tokenizer_is_one_token_per_utf8_byte(data_dir, tmp_path):
+    """The Long Range Arena Text setting: no learned vocabulary, each UTF-8 byte one token, truncated."""
+    import pandas as pd
+    from tokenizers import Tokenizer
+
+    dm = TextClassificationDataModule(name="trec", hub_id="CogComp/trec", text_column="text",
+                                      label_column="coarse_label", local_dir=str(data_dir), cache_dir=str(tmp_path),
+                                      val_size=500, max_length=24, tokenizer={"kind": "bytes", "lowercase": False})
+    dm.prepare_data()
+    dm.setup()
+    assert dm.vocab_size == 2 + 256  # [PAD], [UNK] and the 256 byte values
+    tokenizer = Tokenizer.from_file(str(dm.cache_dir / "tokenizer.json"))
+    texts = pd.read_parquet(data_dir / "trec" / "test.parquet")["text"].tolist()
+    for row, ids in zip(dm.splits["test"].row_ids[:50], dm.splits["test"].input_ids[:50]):
+        raw = texts[row].encode("utf-8")
+        assert len(ids) == min(len(raw), 24)
+        assert tokenizer.decode(ids).encode("utf-8") == raw[:24]

@@ -59,3 +59,21 @@ def test_bad_model_config_is_rejected(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         TransformerClassifier(**args)
+
+
+@pytest.mark.parametrize("score", available())
+def test_head_dim_decoupled_from_d_model(score):
+    """model.head_dim sets d_k independently: d_model=16 with 3 heads of 8 (not 16 / 3)."""
+    torch.manual_seed(0)
+    model = TransformerClassifier(vocab_size=50, num_classes=3, max_length=16, score=score, d_model=16, n_heads=3,
+                                  head_dim=8, n_layers=1, d_ff=32).double().eval()
+    attn = model.blocks[0].attn
+    assert (attn.head_dim, attn.inner_dim) == (8, 24)
+    assert attn.qkv_proj.weight.shape == (72, 16) and attn.out_proj.weight.shape == (16, 24)
+    ids = torch.randint(1, 50, (2, 6))
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+    logits = model(ids, mask)
+    assert logits.shape == (2, 3) and torch.isfinite(logits).all()
+    alone = model(ids[1:, :4], mask[1:, :4])
+    torch.testing.assert_close(logits[1:], alone, rtol=0, atol=1e-10)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from attnbench.attention import available
@@ -24,6 +25,7 @@ SHORT_RUN = [
     "callbacks.throughput_monitor.window_size=10",
     "trainer.enable_progress_bar=false",
     "callbacks.run_stats.warmup_steps=5",
+    "callbacks.attention_diagnostics.every_n_steps=10",
 ]
 
 
@@ -80,6 +82,16 @@ def test_every_score_function_trains_and_logs(multirun, name):
     # CSV log written next to it
     csv = Path(metrics["output_dir"]) / "csv" / "metrics.csv"
     assert "val/acc" in csv.read_text().splitlines()[0]
+    # attention diagnostics: the post-training probe in the summary and metrics.json ...
+    for key in ("diag/entropy_norm", "diag/saturated_frac", "diag/max_score", "diag/layer0/entropy"):
+        assert summary[key] == pytest.approx(metrics[key], rel=1e-9), key
+    assert 0.0 < summary["diag/entropy_norm"] <= 1.0 and 0.0 <= summary["diag/saturated_frac"] <= 1.0
+    assert summary["diag/max_score"] > 0.0
+    # ... and the series every 10 steps (30 steps: 0, 10, 20) with the q/k gradient norms
+    series = pd.read_csv(csv)
+    grads = series.dropna(subset=["diag/layer0/query_grad_norm"])
+    assert grads["step"].tolist() == [0, 10, 20]
+    assert (grads["diag/layer0/query_grad_norm"] > 0).all() and (grads["diag/layer0/key_grad_norm"] > 0).all()
 
 
 def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):

@@ -56,7 +56,7 @@ class RunStats(pl.Callback):
     Test rate: the same over the whole test loop (inference only).
 
     After a run, :attr:`summary` holds ``train/samples_per_sec``,
-    ``train/tokens_per_sec``, ``train/time_sec`` (the measured steps),
+    ``train/tokens_per_sec``, ``train/steps_per_sec``, ``train/time_sec`` (the measured steps),
     ``test/samples_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``
     and ``model/params``.
 
@@ -79,6 +79,7 @@ class RunStats(pl.Callback):
         self._train_time = 0.0
         self._train_samples = 0
         self._train_tokens = 0
+        self._train_steps = 0
         self._last_end: float | None = None
 
     @staticmethod
@@ -104,6 +105,7 @@ class RunStats(pl.Callback):
             self._train_time += now - self._last_end
             self._train_samples += batch_size(batch)
             self._train_tokens += num_tokens(batch)
+            self._train_steps += 1
         self._last_end = now
 
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -116,6 +118,7 @@ class RunStats(pl.Callback):
         if self._train_time > 0:
             self.summary["train/samples_per_sec"] = self._train_samples / self._train_time
             self.summary["train/tokens_per_sec"] = self._train_tokens / self._train_time
+            self.summary["train/steps_per_sec"] = self._train_steps / self._train_time
             self.summary["train/time_sec"] = self._train_time
         elif self._steps_seen:
             log.warning(

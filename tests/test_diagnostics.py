@@ -79,3 +79,19 @@ def test_gradient_norms_split_the_fused_projection():
     w, b = model.attn.qkv_proj.weight.grad, model.attn.qkv_proj.bias.grad
     assert got["diag/layer0/query_grad_norm"] == pytest.approx(float(torch.cat([w[:8].flatten(), b[:8]]).norm()))
     assert got["diag/layer0/key_grad_norm"] == pytest.approx(float(torch.cat([w[8:16].flatten(), b[8:16]]).norm()))
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux only")
+def test_peak_memory_window_excludes_earlier_work():
+    from attnbench.callbacks import peak_memory_bytes, reset_peak_memory
+
+    cpu = torch.device("cpu")
+    big = torch.ones(64 * 2**20)  # 256 MiB, touched
+    before = peak_memory_bytes(cpu)
+    del big
+    reset_peak_memory(cpu)
+    after = peak_memory_bytes(cpu)
+    assert before - after > 200 * 2**20  # the freed 256 MiB no longer count
+    small = torch.ones(16 * 2**20)  # 64 MiB
+    assert peak_memory_bytes(cpu) - after > 50 * 2**20
+    del small

@@ -33,15 +33,49 @@ def num_tokens(batch: dict[str, Any]) -> int:
     return int(batch["num_tokens"])
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory in bytes: CUDA allocator peak on GPU, else the process's peak RSS.
+def _proc_status_kib(field: str) -> int | None:
+    """A ``/proc/self/status`` field in KiB (Linux), or ``None`` where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
-    On CPU this is ``getrusage(RUSAGE_SELF).ru_maxrss`` — the whole process
-    (interpreter, libraries and data included), so compare it across variants
-    of one config, not as the attention's own footprint.
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window: the CUDA allocator's peak, or on Linux the process's RSS high-water mark.
+
+    On Linux, writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM``, so a
+    job's peak excludes earlier work in the same process (data preparation,
+    earlier jobs of a Hydra multirun). Elsewhere the CPU peak stays the
+    process's lifetime peak.
+    """
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory in bytes since :func:`reset_peak_memory`: CUDA allocator peak on GPU, else peak RSS.
+
+    On CPU this is the process's RSS high-water mark (``VmHWM`` on Linux, else
+    ``getrusage(RUSAGE_SELF).ru_maxrss``) — the whole process (interpreter,
+    libraries and data included), so compare it across variants of one
+    config, not as the attention's own footprint.
     """
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    hwm = _proc_status_kib("VmHWM")
+    if hwm is not None:
+        return hwm * 1024
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
 
@@ -90,8 +124,7 @@ class RunStats(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset_train()
-        if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
         self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -306,9 +306,9 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         else:
             diff = f"{r.diff_mean:+.4f} ± {r.diff_ci:.4f}"
         cells = [str(r[k]) for k in variant_keys]
-        cells += [str(int(r.n)), f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", ci, diff, _fmt(r.get("train_tok_s")),
-                  _fmt(r.get("train_steps_s"), 2), _fmt(r.get("test_tok_s")), _fmt(r.get("peak_mem_mb"), 0),
-                  _fmt(r.get("params"))]
+        cells += [str(int(r.n)), f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", ci, diff, _fmt(r.get("train_tok_s"), 0),
+                  _fmt(r.get("train_steps_s"), 2), _fmt(r.get("test_tok_s"), 0), _fmt(r.get("peak_mem_mb"), 0),
+                  _fmt(r.get("params"), 0)]
         if has_diag:
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
         lines.append("| " + " | ".join(cells) + " |")

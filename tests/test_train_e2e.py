@@ -117,3 +117,23 @@ def test_short_run_learns(tmp_path, data_dir):
     assert metrics["test/acc"] >= majority + 0.12, metrics
     # 300 steps end before the first epoch (about 1000 batches): the run still validated and tested that checkpoint
     assert "val/acc" in metrics and "step300" in metrics["best_checkpoint"]
+
+
+def test_report_reads_the_real_multirun(multirun, tmp_path):
+    """scripts/report.py on the seven-job sweep above: every job found, its test/acc carried through."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    sweep_dir = Path(next(iter(multirun.values()))[0]["output_dir"]).parent
+    jobs, swept = report.read_multirun(sweep_dir)
+    assert swept == ["attention"] and (jobs["status"] == "finished").all() and len(jobs) == len(available())
+    table = report.summarise(jobs, swept).set_index("attention")
+    for name, (metrics, _) in multirun.items():
+        assert table.loc[name, "n"] == 1
+        assert table.loc[name, "acc_mean"] == pytest.approx(metrics["test/acc"], rel=1e-12)
+        assert table.loc[name, "train_tok_s"] == pytest.approx(metrics["train/tokens_per_sec"], rel=1e-12)
+    markdown = report.build_report(jobs, swept, str(sweep_dir), tmp_path)
+    assert f"Jobs: {len(available())} — {len(available())} finished, 0 failed" in markdown
+    assert (tmp_path / "pareto.png").is_file()

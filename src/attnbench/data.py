@@ -15,6 +15,14 @@ on disk (``cache_dir/<key>/``) with the tokenizer. The key hashes everything
 that changes the result (source data fingerprint, columns, splits, carving,
 tokenizer settings, ``max_length``), so a second run of the same config
 re-tokenizes nothing and a changed setting never reuses a stale cache.
+
+Bad rows (policy, counted per split in the log and in the cache's ``meta.json``):
+empty or whitespace-only texts (and nulls) are dropped; bytes that are not
+valid UTF-8 (a ``binary`` text column) are decoded with U+FFFD replacement
+characters; texts longer than ``max_length`` tokens are truncated. Labels
+outside the class set (e.g. ``-1`` of an unlabeled split), a dataset with a
+single class, missing columns or unreadable files stop the job with a
+:class:`DataConfigError` before anything is written to the cache.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from attnbench.errors import AttnbenchError
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: empty texts dropped, binary texts decoded
 PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 SPLITS = ("train", "val", "test")
 
@@ -49,6 +57,47 @@ class DataUnavailableError(AttnbenchError, RuntimeError):
 
 class DataConfigError(AttnbenchError, ValueError):
     """The data configuration does not fit the dataset (columns, labels, sizes)."""
+
+
+class SplitStats:
+    """Per-split counts of the bad-row policy: ``dropped_empty``, ``invalid_utf8``, ``truncated`` rows."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def add(self, split: str, key: str, n: int) -> None:
+        self.counts.setdefault(split, {}).setdefault(key, 0)
+        self.counts[split][key] += int(n)
+
+
+def clean_texts(values: list[Any], column_name: str, where: str) -> tuple[list[str], list[int], int]:
+    """Texts of one split as ``str``, the indices of rows to keep, and the number of non-UTF-8 rows.
+
+    ``None`` and empty or whitespace-only texts are left out of the kept indices;
+    ``bytes`` are decoded as UTF-8, invalid sequences replaced by U+FFFD.
+
+    Raises:
+        DataConfigError: the column holds something other than text (e.g. numbers).
+    """
+    texts: list[str] = []
+    keep: list[int] = []
+    invalid = 0
+    for i, value in enumerate(values):
+        if isinstance(value, (bytes, bytearray)):
+            try:
+                value = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                value = bytes(value).decode("utf-8", errors="replace")
+                invalid += 1
+        elif value is not None and not isinstance(value, str):
+            raise DataConfigError(
+                f"{where}: text column {column_name!r} holds {type(value).__name__} values (e.g. {value!r}), not text. "
+                "Set data.text_column to the column with the texts."
+            )
+        texts.append(value or "")
+        if value and value.strip():
+            keep.append(i)
+    return texts, keep, invalid
 
 
 @dataclass
@@ -101,10 +150,18 @@ def encode_ids(tokenizer, texts: list[str], chunk: int = 1024) -> list[list[int]
     before truncation; on all 25,000 IMDB reviews at once that peaked at 4 GB of
     RSS, while chunks keep only the ids.
     """
+    return encode_ids_counting(tokenizer, texts, chunk)[0]
+
+
+def encode_ids_counting(tokenizer, texts: list[str], chunk: int = 1024) -> tuple[list[list[int]], int]:
+    """:func:`encode_ids`, and how many of the texts were truncated to the tokenizer's maximum length."""
     ids: list[list[int]] = []
+    truncated = 0
     for start in range(0, len(texts), chunk):
-        ids.extend(enc.ids for enc in tokenizer.encode_batch(texts[start : start + chunk]))
-    return ids
+        for enc in tokenizer.encode_batch(texts[start : start + chunk]):
+            ids.append(enc.ids)
+            truncated += bool(enc.overflowing)
+    return ids, truncated
 
 
 def column(ds: datasets.Dataset, name: str) -> list[Any]:
@@ -168,10 +225,14 @@ class TextClassificationDataModule(pl.LightningDataModule):
         max_eval_samples: int | None = None,
     ) -> None:
         super().__init__()
-        for key, value in (("max_length", max_length), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
-            if int(value) < 1:
-                raise DataConfigError(f"data.{key} must be >= 1, got {value}")
-        if not val_size > 0:
+        for key, value in (("max_length", max_length), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
+                           ("max_train_samples", max_train_samples), ("max_eval_samples", max_eval_samples)):
+            if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise DataConfigError(f"data.{key} must be an integer >= 1{' or null' if 'samples' in key else ''}, "
+                                      f"got {value!r}")
+        if not (isinstance(num_workers, int) and num_workers >= 0):
+            raise DataConfigError(f"data.num_workers must be an integer >= 0, got {num_workers!r}")
+        if isinstance(val_size, bool) or not isinstance(val_size, (int, float)) or not val_size > 0:
             raise DataConfigError(f"data.val_size must be a fraction in (0, 1) or a row count >= 1, got {val_size}")
         self.name = name
         self.hub_id = hub_id
@@ -202,6 +263,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.pad_id = 0
         self.cache_dir: Path | None = None
         self._source = ""
+        self._missing_local: list[str] = []
         self.cache_hit: bool | None = None  # set by prepare_data: True when nothing was tokenized
 
     # ------------------------------------------------------------------ source
@@ -210,6 +272,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             return None
         files = {s: self.local_dir / self.name / f"{s}.parquet" for s in (self.train_split, self.test_split)}
         missing = [str(p) for p in files.values() if not p.is_file()]
+        self._missing_local = missing
         if missing:
             log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).", ", ".join(missing), self.hub_id)
             return None
@@ -225,14 +288,19 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if files is not None:
             log.info("Loading %s from local Parquet files in %s", self.name, self.local_dir / self.name)
             self._source = str(self.local_dir / self.name)
-            return datasets.load_dataset("parquet", data_files={s: str(p) for s, p in files.items()})
+            return self._read_parquet(files)
         try:
             raw = datasets.load_dataset(self.hub_id, self.hub_config)
-        except Exception as err:  # noqa: BLE001 - any failure here means "not reachable"
+        except Exception as err:  # any failure here means "not reachable"
             where = self.local_dir / self.name if self.local_dir else "<unset>"
+            found = ""
+            if self.local_dir is not None and self._missing_local:
+                present = sorted(p.name for p in (self.local_dir / self.name).glob("*")) if where.is_dir() else []
+                found = f" (missing: {', '.join(Path(m).name for m in self._missing_local)}; the folder " + (
+                    f"holds {present[:8]})" if present else "does not exist or is empty)")
             raise DataUnavailableError(
                 f"Cannot load dataset {self.name!r}: no local Parquet files at {where}/"
-                f"{{{self.train_split},{self.test_split}}}.parquet, and the Hugging Face Hub ({self.hub_id}) "
+                f"{{{self.train_split},{self.test_split}}}.parquet{found}, and the Hugging Face Hub ({self.hub_id}) "
                 f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}. "
                 "Fix: point ATTNBENCH_DATA_DIR (or data.local_dir=...) at a folder with "
                 f"{self.name}/{self.train_split}.parquet and {self.name}/{self.test_split}.parquet, "
@@ -243,6 +311,20 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if missing:
             raise DataConfigError(f"{self.hub_id} has no split(s) {missing}; it has {list(raw)}")
         return datasets.DatasetDict({s: raw[s] for s in (self.train_split, self.test_split)})
+
+    def _read_parquet(self, files: dict[str, Path]) -> datasets.DatasetDict:
+        """Read local Parquet files; an unreadable one is a :class:`DataConfigError` naming it."""
+        splits = {}
+        for split, path in files.items():
+            try:
+                splits[split] = datasets.load_dataset("parquet", data_files={split: str(path)}, split=split)
+            except Exception as err:  # noqa: BLE001 - pyarrow/datasets raise many types for a bad file
+                cause = str(err).splitlines()[0] if str(err) else ""
+                raise DataConfigError(
+                    f"Cannot read {path} as Parquet ({type(err).__name__}: {cause[:200]}). Re-export it, e.g. "
+                    "pandas.read_csv(...).to_parquet(path), or point data.local_dir elsewhere."
+                ) from None
+        return datasets.DatasetDict(splits)
 
     # ------------------------------------------------------------------- cache
     def _cache_key(self, raw: datasets.DatasetDict) -> str:
@@ -269,21 +351,52 @@ class TextClassificationDataModule(pl.LightningDataModule):
                         "Set data.text_column / data.label_column."
                     )
         feature = raw[self.train_split].features[self.label_column]
+        train_labels = column(raw[self.train_split], self.label_column)
+        string_labels = not isinstance(feature, datasets.ClassLabel) and bool(train_labels) and all(
+            isinstance(y, str) for y in train_labels if y is not None)
         if isinstance(feature, datasets.ClassLabel):
             names = list(feature.names)
+        elif string_labels:
+            names = sorted({y for y in train_labels if y is not None})  # string labels: classes in sorted order
         else:
-            names = [str(x) for x in sorted(set(column(raw[self.train_split], self.label_column)))]
-        if len(names) < 2:
-            raise DataConfigError(f"{self.name}: label column {self.label_column!r} has {len(names)} class(es); need >= 2")
+            names = [str(x) for x in sorted({y for y in train_labels if isinstance(y, int) and y >= 0})]
         for split, ds in raw.items():
             labels = column(ds, self.label_column)
-            bad = sorted({y for y in labels if not (isinstance(y, int) and 0 <= y < len(names))})
-            if bad:
+            if string_labels:
+                bad_values = [y for y in labels if y not in names]
+            else:
+                bad_values = [y for y in labels
+                              if not (isinstance(y, int) and not isinstance(y, bool) and 0 <= y < len(names))]
+            if bad_values:
+                examples = sorted({repr(y) for y in bad_values})[:5]
+                hint = (" Labels of -1 mark an unlabeled split (like SST-2's Hub test split): it cannot be trained or "
+                        "tested on; use a labeled split as data.test_split (SST-2: validation)."
+                        if any(isinstance(y, int) and y < 0 for y in bad_values) else
+                        f" Labels must be the class names {names[:10]}; fix the file or set data.label_column."
+                        if string_labels else
+                        f" Labels must be integers 0..{len(names) - 1} ({names[:10]}); fix the file or set "
+                        "data.label_column." if isinstance(feature, datasets.ClassLabel) else
+                        f" Integer labels must run 0..K-1 without gaps (train has {names[:10]}); renumber them or "
+                        "store the column as a datasets.ClassLabel or as strings.")
                 raise DataConfigError(
-                    f"{self.name}/{split}: labels {bad[:5]} are outside the class set 0..{len(names) - 1} "
-                    f"({names}); an unlabeled split (label -1) cannot be used for training or testing."
+                    f"{self.name}/{split}: {len(bad_values):,} of {len(labels):,} rows have labels outside the class "
+                    f"set 0..{len(names) - 1} ({', '.join(examples)}).{hint}"
                 )
+        present = {y for y in train_labels}
+        if len(names) < 2 or len(present) < 2:
+            raise DataConfigError(
+                f"{self.name}/{self.train_split}: only {len(present)} class(es) present in label column "
+                f"{self.label_column!r} ({sorted(map(str, present))[:5]}); a classifier needs >= 2. Check "
+                "data.label_column, or the file (was it filtered to one class?)."
+            )
         return names
+
+    def _label_ids(self, labels: list[Any], names: list[str]) -> list[int]:
+        """Labels as class indices (string labels are mapped through ``names``)."""
+        if labels and isinstance(labels[0], str):
+            index = {n: i for i, n in enumerate(names)}
+            return [index[y] for y in labels]
+        return [int(y) for y in labels]
 
     def _train_tokenizer(self, texts: list[str]):
         from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -327,19 +440,37 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     def _carve(self, train: datasets.Dataset) -> tuple[datasets.Dataset, datasets.Dataset]:
         n = len(train)
-        n_val = int(round(self.val_size * n)) if self.val_size < 1 else int(self.val_size)
+        n_val = round(self.val_size * n) if self.val_size < 1 else int(self.val_size)
         if not 1 <= n_val < n:
             raise DataConfigError(f"data.val_size={self.val_size} leaves no rows for train or val ({n} rows)")
         parts = train.train_test_split(test_size=n_val, seed=self.split_seed, shuffle=True)
         return parts["train"], parts["test"]
 
+    def _clean(self, ds: datasets.Dataset, split: str, stats: SplitStats) -> tuple[datasets.Dataset, list[str]]:
+        """Rows of ``ds`` with a non-empty text (policy above), and their texts as ``str``."""
+        texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, f"{self.name}/{split}")
+        stats.add(split, "dropped_empty", len(texts) - len(keep))
+        stats.add(split, "invalid_utf8", invalid)
+        if not keep:
+            raise DataConfigError(f"{self.name}/{split}: all {len(texts):,} texts in column {self.text_column!r} "
+                                  "are empty; set data.text_column to the column with the texts.")
+        if len(keep) < len(texts):
+            ds = ds.select(keep)
+            texts = [texts[i] for i in keep]
+        return ds, texts
+
     def _build_cache(self, raw: datasets.DatasetDict, target: Path) -> None:
         names = self._check_columns(raw)
+        stats = SplitStats()
         train_src = raw[self.train_split].add_column("row_id", list(range(len(raw[self.train_split]))))
         test_src = raw[self.test_split].add_column("row_id", list(range(len(raw[self.test_split]))))
+        train_src, _ = self._clean(train_src, "train", stats)
+        test_src, test_texts = self._clean(test_src, "test", stats)
         train, val = self._carve(train_src)
+        texts = {"train": clean_texts(column(train, self.text_column), "", "")[0],
+                 "val": clean_texts(column(val, self.text_column), "", "")[0], "test": test_texts}
         log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
-        tokenizer = self._train_tokenizer([t or "" for t in column(train, self.text_column)])
+        tokenizer = self._train_tokenizer(texts["train"])
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         progress = datasets.utils.logging.is_progress_bar_enabled()
         datasets.disable_progress_bars()  # "Saving the dataset" bars are noise in a training log
@@ -347,10 +478,11 @@ class TextClassificationDataModule(pl.LightningDataModule):
             tokenizer.save(str(tmp / "tokenizer.json"))
             counts = {}
             for split, ds in (("train", train), ("val", val), ("test", test_src)):
-                texts = [t or "" for t in column(ds, self.text_column)]
-                ids = encode_ids(tokenizer, texts)
+                ids, truncated = encode_ids_counting(tokenizer, texts[split])
+                stats.add(split, "truncated", truncated)
                 out = datasets.Dataset.from_dict(
-                    {"input_ids": ids, "label": column(ds, self.label_column), "row_id": column(ds, "row_id")}
+                    {"input_ids": ids, "label": self._label_ids(column(ds, self.label_column), names),
+                     "row_id": column(ds, "row_id")}
                 )
                 out.save_to_disk(str(tmp / split))
                 counts[split] = len(out)
@@ -360,6 +492,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 "pad_id": tokenizer.token_to_id(PAD_TOKEN),
                 "counts": counts,
                 "source": self._source,
+                "bad_rows": stats.counts,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
             try:
@@ -409,6 +542,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             if caps[split] is not None and caps[split] < len(ds):
                 ds = ds.shuffle(seed=self.split_seed).select(range(int(caps[split])))
             self.splits[split] = TokenizedSplit(column(ds, "input_ids"), column(ds, "label"), column(ds, "row_id"))
+        self._log_bad_rows(meta)
         log.info(
             "%s: %s rows (train/val/test), %d classes %s, vocab %d",
             self.name,
@@ -417,6 +551,24 @@ class TextClassificationDataModule(pl.LightningDataModule):
             self.label_names,
             self.vocab_size,
         )
+
+    def _log_bad_rows(self, meta: dict[str, Any]) -> None:
+        """One log line per kind of bad row found when the cache was built (counts before sample caps)."""
+        counts = meta.get("bad_rows") or {}
+        n = meta.get("counts", {})
+
+        def per_split(key: str) -> str:
+            return ", ".join(f"{s} {c[key]:,}" + (f" of {n[s]:,}" if key == "truncated" and s in n else "")
+                             for s, c in counts.items() if c.get(key))
+
+        if per_split("dropped_empty"):
+            log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))
+        if per_split("invalid_utf8"):
+            log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
+                        self.name, per_split("invalid_utf8"))
+        if per_split("truncated"):
+            log.info("%s: texts longer than data.max_length=%d tokens, truncated: %s (raise data.max_length to "
+                     "keep more of them).", self.name, self.max_length, per_split("truncated"))
 
     @property
     def num_classes(self) -> int:

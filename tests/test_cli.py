@@ -31,7 +31,7 @@ def test_unknown_score_function_lists_the_valid_ones():
 
 @pytest.mark.parametrize("override, message", [
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
-    ("data.batch_size=0", "data.batch_size must be >= 1, got 0"),
+    ("data.batch_size=0", "data.batch_size must be an integer >= 1, got 0"),
     ("model.dropout=1.5", "model.dropout must be in [0, 1), got 1.5"),
 ])
 def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):

@@ -19,14 +19,17 @@ import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
-from pytorch_lightning.callbacks.progress import ProgressBar
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import LearningRateMonitor
+from pytorch_lightning.callbacks.progress import ProgressBar
 
 from attnbench.callbacks import RunStats
 from attnbench.data import TextClassificationDataModule
 from attnbench.errors import AttnbenchError, ConfigError
+from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_done, job_failed, run_cli
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
 
@@ -64,7 +67,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)  # atomic: metrics.json is complete or absent
 
 
-def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callback], RunStats]:
+def _build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool = True) -> tuple[list[pl.Callback], RunStats]:
     callbacks: list[pl.Callback] = []
     progress_bar = cfg.trainer.get("enable_progress_bar", True)
     for name, cb_cfg in (cfg.get("callbacks") or {}).items():
@@ -74,6 +77,8 @@ def _build_callbacks(cfg: DictConfig, output_dir: Path) -> tuple[list[pl.Callbac
         callback = instantiate(cb_cfg, **extra)
         if isinstance(callback, ProgressBar) and not progress_bar:
             continue  # trainer.enable_progress_bar=false wins over the configured bar
+        if isinstance(callback, LearningRateMonitor) and not has_logger:
+            continue  # logger=none: nothing to log the learning rate to (Lightning would stop the run)
         callbacks.append(callback)
     stats = next((c for c in callbacks if isinstance(c, RunStats)), None)
     if stats is None:
@@ -114,11 +119,13 @@ def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
 def check_config(cfg: DictConfig) -> None:
     """Fail in a second, before any data work, if the model or optimizer config cannot work.
 
-    Builds the model once with a 2-token vocabulary (cheap) and checks the schedule.
+    Checks the top-level, data and logger keys (:func:`attnbench.faults.check_run_config`), then
+    builds the model once with a 2-token vocabulary (cheap) and checks the schedule.
 
     Raises:
         ConfigError: with the offending key and value.
     """
+    check_run_config(cfg)
     try:
         TextClassifierModule(vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0,
                              **module_kwargs(cfg))
@@ -146,10 +153,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         attnbench.errors.ConfigError: a model/optimizer setting that cannot work.
         attnbench.data.DataUnavailableError: no local files and no Hub.
         attnbench.data.DataConfigError: the data config does not fit the dataset.
+        attnbench.faults.NonFiniteLossError, OutOfMemory, OutputWriteError, RunInterrupted: faults during
+            training, each with a message naming what to change (``failure.json`` records them).
     """
     t_start = time.perf_counter()
     check_config(cfg)
     output_dir = _output_dir(cfg)
+    check_output_dir(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(cfg.seed, workers=True)
 
@@ -193,11 +203,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.logger.get("csv") is not None:
         loggers.append(make_csv_logger(output_dir))
 
-    callbacks, stats = _build_callbacks(cfg, output_dir)
-    trainer: pl.Trainer = instantiate(
-        cfg.trainer, logger=loggers or False, callbacks=callbacks, default_root_dir=str(output_dir),
-        **_validation_for_short_runs(cfg, datamodule),
-    )
+    callbacks, stats = _build_callbacks(cfg, output_dir, has_logger=bool(loggers))
+    guard = FaultGuard(cfg, output_dir)
+    try:
+        trainer: pl.Trainer = instantiate(
+            cfg.trainer, logger=loggers or False, callbacks=[*callbacks, guard], default_root_dir=str(output_dir),
+            **_validation_for_short_runs(cfg, datamodule),
+        )
+    except InstantiationException as err:  # e.g. trainer=gpu on a machine without one
+        if isinstance(err.__cause__, MisconfigurationException | ValueError | TypeError):
+            raise ConfigError(f"invalid trainer config: {err.__cause__}") from None
+        raise
     log.info(
         "Training %s on %s: %s parameters, output in %s",
         cfg.attention.name,
@@ -205,13 +221,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         f"{sum(p.numel() for p in module.parameters()):,}",
         output_dir,
     )
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
-    fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
+    with guard.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
+        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
 
-    ckpt_cb = trainer.checkpoint_callback
-    best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
-    trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
-    test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+        ckpt_cb = trainer.checkpoint_callback
+        best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+        test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
     summary: dict[str, Any] = {**fit_metrics, **test_metrics}
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
@@ -235,7 +252,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001 - W&B must never stop a run
             warnings.warn(f"W&B summary update failed: {err}", stacklevel=1)
 
-    _write_json(output_dir / "metrics.json", {**summary, **info})
+    with guard.translating(wandb_logger):
+        _write_json(output_dir / "metrics.json", {**summary, **info})
     if wandb_logger is not None:
         try:
             import wandb
@@ -272,16 +290,21 @@ def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    """Hydra entry point; returns the metric named by ``optimized_metric`` (for sweepers)."""
+def hydra_main(cfg: DictConfig) -> float | None:
+    """Hydra task; returns the metric named by ``optimized_metric`` (for sweepers)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         summary = train(cfg)
-    except AttnbenchError as err:  # the user's input, not a bug: the message, no traceback
-        log.error("%s", err)
-        raise SystemExit(1) from None
+    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
+        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
+    job_done()
     metric = cfg.get("optimized_metric")
     return summary.get(metric) if metric else None
+
+
+def main() -> None:
+    """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`faults.run_cli`."""
+    run_cli(hydra_main)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,273 @@
+"""Faults during a run: one message each, what was computed is kept, and nothing overwrites another run."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from attnbench.errors import ConfigError
+from attnbench.faults import (
+    FreshOutputDir,
+    NonFiniteLossError,
+    OutOfMemory,
+    OutputWriteError,
+    RunInterrupted,
+    claim_dir,
+)
+from attnbench.module import TextClassifierModule
+from attnbench.train import check_config, train
+
+from .conftest import REPO_ROOT
+
+WORDS = ["good", "bad", "fine", "awful", "great", "poor", "nice", "dull"]
+POSITIVE = {"good", "fine", "great", "nice"}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> list[str]:
+    """Overrides for a tiny two-class dataset in the layout of ../shared/data (trains in about a second)."""
+    root = tmp_path_factory.mktemp("toy")
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])})
+    for split, n in (("train", 200), ("test", 40)):
+        words = [(WORDS[i % 8], WORDS[(3 * i) % 8]) for i in range(n)]
+        data = {"text": [f"{a} movie {b} plot" for a, b in words], "label": [int(a in POSITIVE) for a, _ in words]}
+        path = root / "data" / "toy" / f"{split}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        datasets.Dataset.from_dict(data, features=features).to_parquet(str(path))
+    return ["data.name=toy", "data.hub_id=nobody/toy", "data.text_column=text", "data.test_split=test",
+            f"data.local_dir={root / 'data'}", f"data.cache_dir={root / 'cache'}", "data.val_size=40",
+            "data.batch_size=8", "data.max_length=16", "model=tiny", "trainer.enable_progress_bar=false",
+            "callbacks.run_stats.warmup_steps=1", "trainer.num_sanity_val_steps=0"]
+
+
+def compose_cfg(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
+    return train(compose_cfg([*toy, "logger=csv", *overrides, f"+output_dir={out}"]))
+
+
+# ------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize("override, message", [
+    ("model.d_model=0", "invalid config: model sizes must be >= 1, got {'d_model': 0}"),
+    ("model.n_layers=-1", "invalid config: model sizes must be >= 1, got {'n_layers': -1}"),
+    ("model.attn_dropout=-0.1", "invalid config: model.attn_dropout must be in [0, 1), got -0.1"),
+    ("model.dropout=1.0", "invalid config: model.dropout must be in [0, 1), got 1.0"),
+    ("model.pooling=avg", "invalid config: model.pooling must be 'mean', 'max' or 'cls', got 'avg'"),
+    ("data.max_length=0", "data.max_length must be an integer >= 1, got 0"),
+    ("data.eval_batch_size=-1", "data.eval_batch_size must be an integer >= 1, got -1"),
+    ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: additive, "
+                                "cosine, dot, euclidean, general, l2, scaled_dot")),
+    ("seed=abc", "seed must be an integer, got 'abc'"),
+    ("logger.wandb.mode=onlin", "logger.wandb.mode must be auto, online, offline or disabled, got 'onlin'"),
+    ("optim.lr=0", "invalid config: optim.lr must be > 0, got 0"),
+])
+def test_bad_values_are_refused_before_any_data_work(override, message):
+    with pytest.raises(ConfigError) as err:
+        check_config(compose_cfg([override]))
+    assert str(err.value).startswith(message)
+
+
+# ------------------------------------------------------------------------------------------ training
+def test_nan_train_loss_stops_with_the_step_and_a_hint(toy, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(NonFiniteLossError) as err:
+        run_in_process(toy, out, "optim.lr=1e6", "trainer.max_steps=1000")
+    msg = str(err.value)
+    assert msg.startswith("train/loss became nan at step ") and "training stopped before that update" in msg
+    assert "no checkpoint had been written yet" in msg and "Lower optim.lr (now 1000000.0)" in msg
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["status"] == "failed" and failure["error"] == msg
+    assert not (out / "metrics.json").exists() and not list(out.glob("checkpoints/*.ckpt"))
+
+
+def test_nan_val_loss_keeps_the_last_good_checkpoint(toy, tmp_path):
+    """lr ramps to 1e3: weights overflow at step 12; the checkpoint of step 4 (best val/acc) stays, finite."""
+    out = tmp_path / "run"
+    with pytest.raises(NonFiniteLossError) as err:
+        run_in_process(toy, out, "optim.lr=1e3", "optim.warmup_ratio=1.0", "trainer.max_steps=10000",
+                       "trainer.val_check_interval=2")
+    last = out / "checkpoints" / "last.ckpt"
+    assert str(err.value).startswith("val/loss became nan at step 12 (epoch 0); training stopped before "
+                                     f"checkpointing these weights, the last good checkpoint is kept: {last}.")
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    assert ckpt["global_step"] == 4 and len(list(out.glob("checkpoints/epoch00-step4-*.ckpt"))) == 1
+    assert all(torch.isfinite(t).all() for t in ckpt["state_dict"].values())
+    assert not (out / "checkpoints" / "interrupted.ckpt").exists()
+
+
+@pytest.mark.parametrize("error", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 14.75 GiB total capacity)"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried "
+                 "to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)"),
+])
+def test_out_of_memory_names_the_knobs(toy, tmp_path, monkeypatch, error):
+    real_forward = TextClassifierModule.forward
+
+    def forward(self, input_ids, padding_mask):
+        if self.training and self.global_step == 3:
+            raise error
+        return real_forward(self, input_ids, padding_mask)
+
+    monkeypatch.setattr(TextClassifierModule, "forward", forward)
+    out = tmp_path / "run"
+    with pytest.raises(OutOfMemory) as err:
+        run_in_process(toy, out, "attention=additive", "trainer.max_steps=10")
+    msg = str(err.value)
+    assert msg.startswith("Out of memory at step 3 (epoch 0) (")
+    assert ("Lower data.batch_size (now 8), data.max_length (now 16), attention.chunk_bytes (now 67108864); on a "
+            "GPU, trainer.precision=bf16-mixed also halves activation memory.") in msg
+    # the weights of step 3 were fine: saved for a resume
+    assert torch.load(out / "checkpoints" / "interrupted.ckpt", weights_only=False)["global_step"] == 3
+
+
+def test_checkpoint_write_failure_names_the_path_and_keeps_the_metrics(toy, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoints").write_text("a file where the checkpoint folder should be")  # like a disk that refuses
+    with pytest.raises(OutputWriteError) as err:
+        run_in_process(toy, out, "trainer.max_steps=4", "trainer.val_check_interval=2")
+    msg = str(err.value)
+    assert msg.startswith(f"Could not write {out / 'checkpoints'}: File exists. Free disk space or make it writable")
+    assert f"metrics so far are in {out / 'csv'} and {out / 'failure.json'}" in msg
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["metrics_so_far"]["val/acc"] >= 0 and failure["error_type"] == "OutputWriteError"
+    assert "val/acc" in (out / "csv" / "metrics.csv").read_text().splitlines()[0]
+
+
+# ------------------------------------------------------------------------------------------ output dirs
+def test_a_finished_run_dir_is_never_reused(toy, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"test/acc": 0.9}')
+    with pytest.raises(ConfigError) as err:
+        run_in_process(toy, out, "trainer.max_steps=2")
+    assert str(err.value).startswith(f"{out} already holds a previous run's outputs (metrics.json); it is never "
+                                     "overwritten. Choose another output dir (hydra.run.dir=...)")
+    assert (out / "metrics.json").read_text() == '{"test/acc": 0.9}'
+
+
+def _claim(args):
+    path, barrier = args
+    barrier.wait()
+    return str(claim_dir(Path(path), ".hydra"))
+
+
+def test_jobs_racing_for_one_dir_get_distinct_ones(tmp_path):
+    wanted = tmp_path / "2026-01-01_10-00-00_scaled_dot-sst2-s0"
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(6)
+        with ctx.Pool(6) as pool:
+            got = pool.map(_claim, [(str(wanted), barrier)] * 6)
+    assert sorted(got) == sorted([str(wanted)] + [f"{wanted}_{i}" for i in range(2, 7)])
+    assert all((Path(d) / ".hydra").is_dir() for d in got)
+
+
+def test_fresh_output_dir_moves_a_run_off_a_taken_dir(tmp_path):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfgs = [compose("train", overrides=[f"hydra.run.dir={tmp_path / 'run'}"], return_hydra_config=True)
+                for _ in range(2)]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("an earlier run")
+    for cfg in cfgs:
+        FreshOutputDir().on_run_start(cfg)
+    assert [cfg.hydra.run.dir for cfg in cfgs] == [str(tmp_path / "run_2"), str(tmp_path / "run_3")]
+    assert (tmp_path / "run" / "train.log").read_text() == "an earlier run"
+
+
+def _cli(args, env_extra=None, timeout=180):
+    env = {**os.environ, "WANDB_MODE": "offline", **(env_extra or {})}
+    env.pop("WANDB_API_KEY", None)
+    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
+
+
+def test_a_rerun_through_hydra_gets_its_own_dir(tmp_path):
+    """The same run dir twice (a re-run, or two jobs in the same second): the second job writes next to it."""
+    run_dir = tmp_path / "2026-01-01_10-00-00_scaled_dot-sst2-s0"
+    first = _cli(["logger=none", f"hydra.run.dir={run_dir}", "model.n_heads=3"])
+    second = _cli(["logger=none", f"hydra.run.dir={run_dir}", "model.n_heads=5"])
+    assert first.returncode == second.returncode == 1, first.stderr + second.stderr
+    assert f"{run_dir} already holds another run; this one writes to {run_dir}_2" in second.stderr
+    assert sorted(d.name for d in tmp_path.iterdir()) == [run_dir.name, run_dir.name + "_2"]
+    for d, heads in ((run_dir, 3), (tmp_path / (run_dir.name + "_2"), 5)):
+        assert f"model.n_heads={heads}" in (d / ".hydra" / "overrides.yaml").read_text()
+        log = (d / "train.log").read_text()
+        assert log.count("is not divisible by n_heads=") == 1 and f"n_heads={heads}" in log  # a log of its own
+
+
+# ------------------------------------------------------------------------------------------ signals
+def _wandb_run(out: Path) -> dict:
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    wandb_bin = Path(sys.executable).with_name("wandb")
+    proc = subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(runs[0])],
+                          capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(proc.stdout)
+
+
+def test_sigterm_writes_a_checkpoint_finishes_wandb_and_exits_143(toy, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", *toy, "trainer.max_epochs=-1", "trainer.max_steps=100000", f"hydra.run.dir={out}"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 180
+    while not list(out.glob("checkpoints/*.ckpt")):  # validated and checkpointed once: training is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stdout[-3000:]
+    ckpt = out / "checkpoints" / "interrupted.ckpt"
+    match = re.search(r"Error: Interrupted by SIGTERM at step (\d+) \(epoch \d+\); checkpoint saved to (\S+)\. "
+                      r"Resume with: python train\.py .*ckpt_path=(\S+)\.$", stdout, re.MULTILINE)
+    assert match and match[2] == match[3] == str(ckpt), stdout[-3000:]
+    assert "Traceback" not in stdout
+    assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == int(match[1]) > 0
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["status"] == "interrupted" and failure["checkpoint"] == str(ckpt)
+    assert not (out / "metrics.json").exists()
+    run = _wandb_run(out)  # the offline W&B run was finished, marked failed with the exit code
+    assert run["state"] == "failed" and run["exit_code"] == 143 and run["summary"]["val/acc"] > 0
+
+
+def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(toy, tmp_path, monkeypatch):
+    """A real SIGINT to this process at step 5 (what Ctrl-C sends)."""
+    real_forward = TextClassifierModule.forward
+
+    def forward(self, input_ids, padding_mask):
+        if self.training and self.global_step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_forward(self, input_ids, padding_mask)
+
+    monkeypatch.setattr(TextClassifierModule, "forward", forward)
+    out = tmp_path / "run"
+    try:
+        with pytest.raises(RunInterrupted) as err:
+            run_in_process(toy, out, "trainer.max_steps=100")
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores further Ctrl-C after one
+    ckpt = out / "checkpoints" / "interrupted.ckpt"
+    assert err.value.exit_code == 130
+    assert str(err.value) == (f"Interrupted by Ctrl-C (SIGINT) at step 5 (epoch 0); checkpoint saved to {ckpt}. "
+                              f"Resume with: python train.py ckpt_path={ckpt}.")
+    assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == 5
+    assert json.loads((out / "failure.json").read_text())["status"] == "interrupted"

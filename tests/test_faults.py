@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import multiprocessing
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from attnbench.faults import (
     RunInterrupted,
     claim_dir,
 )
+from attnbench.loggers import make_wandb_logger
 from attnbench.module import TextClassifierModule
 from attnbench.train import check_config, train
 
@@ -271,3 +275,89 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(toy, tmp_path, monkey
                               f"Resume with: python train.py ckpt_path={ckpt}.")
     assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == 5
     assert json.loads((out / "failure.json").read_text())["status"] == "interrupted"
+
+
+# ------------------------------------------------------------------------------------------ W&B
+class _RefusingWandbServer(http.server.BaseHTTPRequestHandler):
+    """Answers every request like a W&B server asked for an entity that does not exist."""
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps({"errors": [{"message": "entity no-such-team not found"}]}).encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def refusing_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingWandbServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_wandb():
+    """wandb keeps its settings (server, key) per process: start each test from the environment it sets."""
+    import wandb
+
+    wandb.teardown()
+    yield
+    wandb.teardown()
+
+
+def _start_wandb(tmp_path, **kwargs):
+    t0 = time.perf_counter()
+    with pytest.warns(UserWarning) as caught:
+        logger = make_wandb_logger(tmp_path, "run", {"seed": 0}, mode="online", init_timeout=20, **kwargs)
+    try:
+        return logger, " ".join(str(w.message) for w in caught), time.perf_counter() - t0
+    finally:
+        if logger is not None:
+            logger.experiment.finish()
+
+
+def test_wandb_online_without_credentials_goes_offline_at_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    logger, warning, seconds = _start_wandb(tmp_path)
+    assert logger is not None and logger.experiment.settings.mode == "offline"
+    assert (f"W&B could not start online (no API key: set WANDB_API_KEY or run `wandb login`); this run logs "
+            f"offline to {tmp_path / 'wandb'}") in warning
+    assert seconds < 15
+
+
+def test_wandb_server_unreachable_goes_offline_without_waiting(tmp_path, monkeypatch):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    logger, warning, seconds = _start_wandb(tmp_path)
+    assert logger is not None and logger.experiment.settings.mode == "offline"
+    assert f"W&B could not start online (cannot reach 127.0.0.1:{port} (ConnectionRefusedError" in warning
+    assert seconds < 15  # init_timeout is 20 s: the probe answered, not the timeout
+
+
+def test_wandb_bad_entity_still_trains_and_logs_offline(toy, tmp_path, monkeypatch, refusing_server):
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", refusing_server)
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match=r"W&B could not start online \(.*entity no-such-team not found.*\); "
+                                         r"this run logs offline to "):
+        summary = train(compose_cfg([*toy, "trainer.max_steps=4", "logger.wandb.entity=no-such-team",
+                                     "logger.wandb.init_timeout=20", f"+output_dir={out}"]))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["wandb_mode"] == "offline" and metrics["test/acc"] == summary["test/acc"]
+    run = _wandb_run(out)
+    assert run["state"] == "finished" and run["summary"]["test/acc"] == pytest.approx(summary["test/acc"])

@@ -1,22 +1,46 @@
 """Experiment loggers: W&B (online when credentials exist, else offline) and CSV.
 
-W&B never prompts and never stops training: when it cannot start online it
-falls back to offline, and when it cannot start at all the run goes on with
-the CSV logger and ``metrics.json`` (one warning).
+W&B never prompts and never stops training: when it cannot start online (no
+credentials, server unreachable, a bad entity or project) it falls back to
+offline, and when it cannot start at all the run goes on with the CSV logger
+and ``metrics.json`` (one warning each, one line).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from attnbench.wandb_mode import resolve_wandb_mode
+from attnbench.wandb_mode import resolve_wandb_mode, wandb_base_url, wandb_credentials_available
 
 log = logging.getLogger(__name__)
+
+
+def _one_line(err: BaseException | None) -> str:
+    text = " ".join(str(err).split()) if err is not None else ""
+    return f"{type(err).__name__}: {text[:300]}" if err is not None else ""
+
+
+def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the W&B server (:func:`~attnbench.wandb_mode.wandb_base_url`) cannot be reached, or ``None``.
+
+    One TCP connect with a ``timeout`` in seconds, so that an offline machine falls back
+    at once instead of waiting ``init_timeout`` for ``wandb.init``.
+    """
+    url = urlparse(wandb_base_url())
+    host = url.hostname or "api.wandb.ai"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as err:
+        return f"cannot reach {host}:{port} ({_one_line(err)})"
 
 
 def make_wandb_logger(
@@ -38,6 +62,11 @@ def make_wandb_logger(
         config: the resolved Hydra config, stored as the run config.
         mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (see :func:`resolve_wandb_mode`).
         init_timeout: seconds to wait for an online start before falling back.
+
+    Online needs credentials (``WANDB_API_KEY`` or ``wandb login``) and a reachable
+    server; without them this goes offline at once, with a warning saying why.
+    A server that refuses the run (bad entity or project, bad key) also ends
+    in an offline run.
     """
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
@@ -51,7 +80,14 @@ def make_wandb_logger(
 
     save_dir.mkdir(parents=True, exist_ok=True)
     attempts = [mode] if mode == "offline" else [mode, "offline"]
-    last_err: Exception | None = None
+    last_err: Exception | str | None = None
+    if mode == "online":
+        if not wandb_credentials_available():
+            last_err = "no API key: set WANDB_API_KEY or run `wandb login`"
+        else:
+            last_err = wandb_server_unreachable()
+        if last_err:
+            attempts = ["offline"]
     for attempt in attempts:
         try:
             wb = WandbLogger(
@@ -67,8 +103,9 @@ def make_wandb_logger(
             )
             _ = wb.experiment  # start now, so failures surface here and not mid-training
             if attempt != mode:
+                reason = last_err if isinstance(last_err, str) else _one_line(last_err)
                 warnings.warn(
-                    f"W&B could not start {mode} ({last_err}); this run logs offline to "
+                    f"W&B could not start {mode} ({reason}); this run logs offline to "
                     f"{save_dir / 'wandb'} — upload it later with `wandb sync`.",
                     stacklevel=2,
                 )
@@ -77,10 +114,11 @@ def make_wandb_logger(
             last_err = err
             try:
                 wandb.finish(exit_code=1)
-            except Exception:  # noqa: BLE001
-                pass
+            except Exception as finish_err:  # noqa: BLE001
+                log.debug("wandb.finish after a failed start: %s", finish_err)
     warnings.warn(
-        f"W&B could not start ({type(last_err).__name__}: {last_err}); logging to CSV and metrics.json only.",
+        f"W&B could not start ({_one_line(last_err) if not isinstance(last_err, str) else last_err}); "
+        "logging to CSV and metrics.json only.",
         stacklevel=2,
     )
     return None

@@ -8,12 +8,24 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 
+def wandb_base_url() -> str:
+    """The W&B server a run would use: ``WANDB_BASE_URL``, else the installed wandb's default."""
+    if os.environ.get("WANDB_BASE_URL"):
+        return os.environ["WANDB_BASE_URL"]
+    try:
+        import wandb
+
+        return str(wandb.Settings().base_url)
+    except Exception:  # noqa: BLE001 - wandb missing or its settings unreadable
+        return "https://api.wandb.ai"
+
+
 def wandb_credentials_available() -> bool:
     """True when an API key is set (``WANDB_API_KEY``) or stored in ``~/.netrc``
-    for the W&B host (``WANDB_BASE_URL``, default ``api.wandb.ai``)."""
+    for the W&B host (:func:`wandb_base_url`)."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    host = urlparse(wandb_base_url()).hostname or "api.wandb.ai"
     try:
         path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
         return bool(Path(path).is_file() and netrc.netrc(path).authenticators(host))

@@ -6,13 +6,15 @@ import subprocess
 import sys
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import MissingConfigException
 
 from .conftest import REPO_ROOT
 
 
 def _run(*args):
     return subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=180, check=False)
 
 
 def test_help_lists_the_score_functions():
@@ -41,3 +43,25 @@ def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):
     assert message in out
     assert "Traceback" not in out
     assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("group, choice, options", [
+    ("data", "sst3", "Available options in 'data':\n\timdb\n\tsst2\n\ttrec"),
+    ("model", "huge", "Available options in 'model':\n\tbase\n\tsmall\n\ttiny"),
+])
+def test_unknown_data_or_model_lists_the_options(group, choice, options):
+    """Hydra's own message (printed as is by the CLI): what was asked for and every valid choice."""
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"), \
+            pytest.raises(MissingConfigException) as err:
+        compose("train", overrides=[f"{group}={choice}"])
+    assert f"Could not find '{group}/{choice}'" in str(err.value) and options in str(err.value)
+
+
+def test_misspelt_key_names_the_closest_keys(tmp_path):
+    proc = _run("model.d_modle=64", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "Unknown config key 'model.d_modle': did you mean model.d_model? 'model' has: d_model, n_heads, n_layers, "
+        "d_ff, dropout, attn_dropout, pooling. (To add a new key on purpose, write +model.d_modle=...)"
+    )
+    assert not (tmp_path / "run").exists()

@@ -215,6 +215,23 @@ def test_a_rerun_through_hydra_gets_its_own_dir(tmp_path):
         assert log.count("is not divisible by n_heads=") == 1 and f"n_heads={heads}" in log  # a log of its own
 
 
+def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
+    """Job 1 of 3 has a bad config: jobs 0 and 2 still train; then one line per failed job and exit code 1.
+    The sweep dir is taken by an earlier sweep, so this one goes next to it."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("an earlier sweep")
+    proc = _cli(["-m", *toy, "logger=csv", "trainer.max_steps=2", "model.n_heads=2,3,1", f"hydra.sweep.dir={sweep}"])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert (sweep / "multirun.yaml").read_text() == "an earlier sweep"
+    jobs = sorted((tmp_path / "sweep_2").glob("*_scaled_dot-toy-s0"))
+    assert [j.name[0] for j in jobs] == ["0", "1", "2"]
+    assert [(j / "metrics.json").is_file() for j in jobs] == [True, False, True]
+    assert (f"1 of 3 jobs failed (each wrote failure.json or stopped before training):\n  {jobs[1]}: invalid "
+            "config: d_model=64 is not divisible by n_heads=3") in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 # ------------------------------------------------------------------------------------------ signals
 def _wandb_run(out: Path) -> dict:
     runs = list((out / "wandb").glob("offline-run-*"))

@@ -352,6 +352,10 @@ class FreshOutputDir(HydraCallback):
         wanted = Path(str(config.hydra.sweep.dir))
         got = claim_dir(wanted, "multirun.yaml", marker_is_file=True)
         self._set(config, "sweep", wanted, got)
+        # every job's config is composed again from the overrides: make the claimed dir one of them
+        quoted = str(got).replace("\\", "\\\\").replace("'", "\\'")
+        with read_write(config.hydra):
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{quoted}'")
 
     @staticmethod
     def _set(config: DictConfig, key: str, wanted: Path, got: Path) -> None:

@@ -79,6 +79,13 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("seed=abc", "seed must be an integer, got 'abc'"),
     ("logger.wandb.mode=onlin", "logger.wandb.mode must be auto, online, offline or disabled, got 'onlin'"),
     ("optim.lr=0", "invalid config: optim.lr must be > 0, got 0"),
+    # beyond the issue's list: what a new user tried
+    ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),
+    ("trainer.max_steps=0", "trainer.max_steps must be an integer >= 1, or -1 for no limit, got 0 (0 would test an "),
+    ("trainer.max_epochs=0", "trainer.max_epochs must be an integer >= 1, or -1 for no limit, got 0"),
+    ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file. Use the path printed"),
+    ("optim.betas=[0.9]", "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got [0.9]"),
+    ("optim.warmup_ratio=1.5", "optim.warmup_ratio must be a number in [0, 1], got 1.5"),
 ])
 def test_bad_values_are_refused_before_any_data_work(override, message):
     with pytest.raises(ConfigError) as err:
@@ -139,6 +146,14 @@ def test_out_of_memory_names_the_knobs(toy, tmp_path, monkeypatch, error):
     assert torch.load(out / "checkpoints" / "interrupted.ckpt", weights_only=False)["global_step"] == 3
 
 
+def test_a_monitor_key_that_is_never_logged_is_a_config_error(toy, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        run_in_process(toy, tmp_path / "run", "trainer.max_steps=4", "trainer.val_check_interval=2",
+                       "callbacks.model_checkpoint.monitor=val/accc")
+    assert str(err.value).startswith("invalid trainer or callbacks config: `ModelCheckpoint(monitor='val/accc')` "
+                                     "could not find the monitored key in the returned metrics: ['train/loss', ")
+
+
 def test_checkpoint_write_failure_names_the_path_and_keeps_the_metrics(toy, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -192,6 +207,17 @@ def test_fresh_output_dir_moves_a_run_off_a_taken_dir(tmp_path):
         FreshOutputDir().on_run_start(cfg)
     assert [cfg.hydra.run.dir for cfg in cfgs] == [str(tmp_path / "run_2"), str(tmp_path / "run_3")]
     assert (tmp_path / "run" / "train.log").read_text() == "an earlier run"
+
+
+def test_ddp_worker_processes_share_rank_zeros_dir(tmp_path):
+    """Lightning re-launches train.py for DDP ranks with rank 0's dir and output_subdir=.pl_ddp_hydra_<rank>."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "train.log").write_text("rank 0 is running")
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra.run.dir={tmp_path / 'run'}", "hydra.output_subdir=.pl_ddp_hydra_1"],
+                      return_hydra_config=True)
+    FreshOutputDir().on_run_start(cfg)
+    assert cfg.hydra.run.dir == str(tmp_path / "run") and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def _cli(args, env_extra=None, timeout=180):

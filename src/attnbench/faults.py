@@ -34,6 +34,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from hydra.experimental.callback import Callback as HydraCallback
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, read_write
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -75,14 +76,32 @@ def check_run_config(cfg: DictConfig) -> None:
     Raises:
         ConfigError: with the key, the value and what it must be.
     """
+    def is_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
     seed = cfg.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise ConfigError(f"seed must be an integer, got {seed!r}")
     data = cfg.get("data") or {}
     for key in ("max_length", "batch_size", "eval_batch_size"):
         value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise ConfigError(f"data.{key} must be an integer >= 1, got {value!r}")
+    model = cfg.get("model") or {}
+    for key in ("d_model", "n_heads", "n_layers", "d_ff"):
+        if key in model and not is_int(model[key]):
+            raise ConfigError(f"model.{key} must be an integer, got {model[key]!r}")
+    trainer = cfg.get("trainer") or {}
+    for key in ("max_steps", "max_epochs"):
+        value = trainer.get(key)
+        if value is not None and (not is_int(value) or value == 0 or value < -1):
+            raise ConfigError(f"trainer.{key} must be an integer >= 1, or -1 for no limit, got {value!r} "
+                              "(0 would test an untrained model)")
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not Path(str(ckpt_path)).is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
+                          "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
+    _check_optim(cfg.get("optim") or {})
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None:
         from attnbench.wandb_mode import resolve_wandb_mode
@@ -96,12 +115,29 @@ def check_run_config(cfg: DictConfig) -> None:
             raise ConfigError(f"logger.wandb.init_timeout must be a number of seconds > 0, got {timeout!r}")
 
 
+def _check_optim(optim: Any) -> None:
+    """``optim.*`` values that AdamW or the schedule would reject only once training starts."""
+    betas = optim.get("betas", (0.9, 0.999))
+    if not (len(betas) == 2 and all(isinstance(b, int | float) and 0.0 <= b < 1.0 for b in betas)):
+        raise ConfigError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got {list(betas)!r}")
+    for key, low, high in (("warmup_ratio", 0.0, 1.0), ("min_lr_ratio", 0.0, 1.0)):
+        value = optim.get(key, 0.0)
+        if not (isinstance(value, int | float) and low <= value <= high):
+            raise ConfigError(f"optim.{key} must be a number in [{low:g}, {high:g}], got {value!r}")
+    for key, strictly in (("weight_decay", False), ("eps", True)):
+        value = optim.get(key, 1.0)
+        if not (isinstance(value, int | float) and (value > 0 if strictly else value >= 0)):
+            raise ConfigError(f"optim.{key} must be a number {'>' if strictly else '>='} 0, got {value!r}")
+
+
 def check_output_dir(output_dir: Path) -> None:
     """Refuse to write into a directory that already holds a run's results.
 
     Raises:
         ConfigError: ``output_dir`` holds ``metrics.json``, ``failure.json`` or checkpoints.
     """
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return  # a DDP worker process started by Lightning: it shares rank 0's dir
     taken = [name for name in ("metrics.json", FAILURE_FILE) if (output_dir / name).exists()]
     if any((output_dir / "checkpoints").glob("*.ckpt")):
         taken.append("checkpoints/")
@@ -240,6 +276,8 @@ class FaultGuard(pl.Callback):
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             return OutOfMemory(f"Out of memory at {self._where()} ({first_line[:160]}). Lower {knobs}; "
                                "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
+        if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
+            return ConfigError(f"invalid trainer or callbacks config: {' '.join(str(err).split(' HINT:')[0].split())}")
         write_err = _write_error(err)
         if write_err is not None:
             path = write_err.filename or self.output_dir
@@ -344,6 +382,8 @@ class FreshOutputDir(HydraCallback):
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if str(config.hydra.output_subdir).startswith(".pl_ddp_hydra_") or os.environ.get("LOCAL_RANK", "0") != "0":
+            return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
         wanted = Path(str(config.hydra.run.dir))
         got = claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench"))
         self._set(config, "run", wanted, got)

@@ -292,15 +292,16 @@ class TextClassificationDataModule(pl.LightningDataModule):
         try:
             raw = datasets.load_dataset(self.hub_id, self.hub_config)
         except Exception as err:  # any failure here means "not reachable"
-            where = self.local_dir / self.name if self.local_dir else "<unset>"
-            found = ""
-            if self.local_dir is not None and self._missing_local:
-                present = sorted(p.name for p in (self.local_dir / self.name).glob("*")) if where.is_dir() else []
-                found = f" (missing: {', '.join(Path(m).name for m in self._missing_local)}; the folder " + (
-                    f"holds {present[:8]})" if present else "does not exist or is empty)")
+            if self.local_dir is None:
+                local = "no local data dir (ATTNBENCH_DATA_DIR and data.local_dir are unset)"
+            else:
+                where = self.local_dir / self.name
+                present = sorted(p.name for p in where.glob("*")) if where.is_dir() else []
+                local = (f"no local Parquet files at {where}/{{{self.train_split},{self.test_split}}}.parquet (missing: "
+                         f"{', '.join(Path(m).name for m in self._missing_local)}; the folder "
+                         + (f"holds {present[:8]})" if present else "does not exist or is empty)"))
             raise DataUnavailableError(
-                f"Cannot load dataset {self.name!r}: no local Parquet files at {where}/"
-                f"{{{self.train_split},{self.test_split}}}.parquet{found}, and the Hugging Face Hub ({self.hub_id}) "
+                f"Cannot load dataset {self.name!r}: {local}, and the Hugging Face Hub ({self.hub_id}) "
                 f"failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}. "
                 "Fix: point ATTNBENCH_DATA_DIR (or data.local_dir=...) at a folder with "
                 f"{self.name}/{self.train_split}.parquet and {self.name}/{self.test_split}.parquet, "

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -162,8 +163,8 @@ def is_out_of_memory(err: BaseException) -> bool:
 def _write_error(err: BaseException) -> OSError | None:
     """The OSError (``err`` or its cause) that means an output could not be written, if it is one."""
     for candidate in (err, err.__cause__, err.__context__):
-        if isinstance(candidate, OSError) and not isinstance(candidate, AttnbenchError) and (
-                candidate.errno in _WRITE_ERRNOS or candidate.filename):
+        if isinstance(candidate, OSError) and not isinstance(candidate, AttnbenchError) \
+                and candidate.errno in _WRITE_ERRNOS:
             return candidate
     return None
 
@@ -290,7 +291,7 @@ class FaultGuard(pl.Callback):
 
     def _interrupt_message(self) -> str:
         if self.checkpoint is not None:
-            resume = " ".join(["python train.py", *_overrides(), f"ckpt_path={self.checkpoint}"])
+            resume = " ".join(["python train.py", *map(shlex.quote, _overrides()), f"ckpt_path={self.checkpoint}"])
             saved = f"checkpoint saved to {self.checkpoint}. Resume with: {resume}"
         else:
             last = self._last_checkpoint()

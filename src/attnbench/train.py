@@ -203,7 +203,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.logger.get("csv") is not None:
         loggers.append(make_csv_logger(output_dir))
 
-    callbacks, stats = _build_callbacks(cfg, output_dir, has_logger=bool(loggers))
+    callbacks, _ = _build_callbacks(cfg, output_dir, has_logger=bool(loggers))
     guard = FaultGuard(cfg, output_dir)
     try:
         trainer: pl.Trainer = instantiate(

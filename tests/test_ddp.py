@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO_ROOT, train_env
 
 # 4,000 SST-2 phrases, 2 epochs, global batch 32: 250 optimizer steps, enough to reach ~0.73 test accuracy
@@ -61,3 +63,20 @@ def test_ddp_cpu_is_one_job_and_matches_one_process(tmp_path, data_dir, cache_di
     assert abs(ddp["test/acc"] - one["test/acc"]) <= TOLERANCE
     assert abs(ddp["val/acc_best"] - one["val/acc_best"]) <= TOLERANCE
     assert one["test/acc"] > 0.65  # both learned: the comparison is not between two coin flips
+
+
+@pytest.mark.slow
+def test_ddp_jobs_of_one_multirun(tmp_path, data_dir, cache_dir):
+    """Two DDP jobs in one multirun process: each starts its own rank 1 with its own config and output dir."""
+    sweep = tmp_path / "sweep"
+    _train(["-m", "trainer=ddp_cpu", "seed=0,1", "model=tiny", "data.max_train_samples=320", "data.max_eval_samples=64",
+            "data.batch_size=16", "data.max_length=32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+            "callbacks.run_stats.warmup_steps=2", "~callbacks.attention_diagnostics", f"hydra.sweep.dir={sweep}"],
+           train_env(data_dir, cache_dir))
+    jobs = sorted(sweep.glob("*/metrics.json"))
+    assert len(jobs) == 2
+    for seed, path in enumerate(jobs):
+        metrics = json.loads(path.read_text())
+        assert metrics["seed"] == seed and metrics["world_size"] == 2
+        assert f"output in {path.parent}" in (path.parent / "train_rank1.log").read_text()  # rank 1 ran this job
+        assert len(list((path.parent / "wandb").glob("offline-run-*"))) == 1

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+# What Lightning's DDP launcher writes into the launching process's environment.
+_LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 def global_rank_from_env(devices_per_node: int = 1) -> int:
@@ -84,3 +88,31 @@ def use_job_command_for_ddp_children(output_dir: Path) -> None:
     if not hasattr(subprocess_script, "_hydra_subprocess_cmd"):  # pragma: no cover - a Lightning refactor
         raise RuntimeError("pytorch_lightning's DDP launcher changed: _hydra_subprocess_cmd is gone")
     subprocess_script._hydra_subprocess_cmd = command
+
+
+@contextmanager
+def ddp_job_scope() -> Iterator[None]:
+    """One job's distributed state, undone when the job ends: several DDP jobs can run in one process.
+
+    Lightning's launcher leaves ``LOCAL_RANK``, ``MASTER_PORT``, ... in the
+    launching process's environment and keeps its process group; the next job
+    of a multirun in the same process would take itself for a child (no
+    processes started) and reuse a group whose peers have exited. In the
+    launching process this destroys the group and restores those variables
+    when the job ends; in a child process it does nothing.
+    """
+    saved = {key: os.environ.get(key) for key in _LAUNCHER_ENV}
+    launching = "LOCAL_RANK" not in os.environ
+    try:
+        yield
+    finally:
+        if launching:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -26,7 +26,7 @@ from pytorch_lightning.callbacks.progress import ProgressBar
 
 from attnbench.callbacks import RunStats
 from attnbench.data import TextClassificationDataModule
-from attnbench.distributed import global_rank_from_env, use_job_command_for_ddp_children
+from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
@@ -341,7 +341,8 @@ def main(cfg: DictConfig) -> float | None:
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        summary = train(cfg)
+        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
+            summary = train(cfg)
         metric = cfg.get("optimized_metric")
         if metric and summary.get(metric) is None:
             raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")

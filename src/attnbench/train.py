@@ -348,9 +348,8 @@ def main(cfg: DictConfig) -> float | None:
             raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
     except Exception as err:
         if _in_sweep():
-            _record_failure(cfg, err)
-            if isinstance(err, AttnbenchError):
-                log.error("Job failed: %s", err)
+            _record_failure(cfg, err)  # error.json, and an ERROR line in train.log (what scripts/report.py lists)
+            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=not isinstance(err, AttnbenchError))
             raise  # SystemExit here would stop the sweep's other jobs
         if isinstance(err, AttnbenchError):  # the user's input, not a bug: the message, no traceback
             log.error("%s", err)

@@ -80,3 +80,20 @@ def test_ddp_jobs_of_one_multirun(tmp_path, data_dir, cache_dir):
         assert metrics["seed"] == seed and metrics["world_size"] == 2
         assert f"output in {path.parent}" in (path.parent / "train_rank1.log").read_text()  # rank 1 ran this job
         assert len(list((path.parent / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
+    from attnbench.distributed import ddp_child_command, global_rank_from_env
+
+    for key in ("RANK", "SLURM_PROCID", "SLURM_NTASKS", "JSM_NAMESPACE_RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    assert global_rank_from_env(4) == 0
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert global_rank_from_env(4) == 1
+    monkeypatch.setenv("NODE_RANK", "1")
+    assert global_rank_from_env(4) == 5  # second node's second process
+    monkeypatch.setenv("RANK", "7")
+    assert global_rank_from_env(4) == 7
+    command = ddp_child_command(["seed=1", "optim.lr=0.001"], tmp_path / "run dir", 1)
+    assert command[1:5] == ["-m", "attnbench.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
+    assert f'hydra.run.dir="{tmp_path / "run dir"}"' in command and "hydra.output_subdir=null" in command

@@ -91,3 +91,39 @@ def test_resume_after_sigkill_matches_uninterrupted_run(reference):
     assert "Resumed at the start of epoch" in log, resumed_proc.stdout[-2000:]
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
     assert Path(resumed["best_checkpoint"]).parent == run_dir / "checkpoints"
+
+
+def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
+    """The W&B id stored in a checkpoint: resumed under that id online; offline, a new run that names it."""
+    import pytorch_lightning.loggers as pl_loggers
+
+    from attnbench.loggers import make_wandb_logger
+
+    calls = []
+
+    class FakeLogger:
+        def __init__(self, **kwargs):
+            calls.append(kwargs)
+
+        @property
+        def experiment(self):
+            return type("Run", (), {"id": calls[-1].get("id", "new"), "url": ""})()
+
+    monkeypatch.setattr(pl_loggers, "WandbLogger", FakeLogger)
+    make_wandb_logger(tmp_path, "run", {"seed": 0}, mode="online", resume={"id": "abc123", "mode": "online"})
+    assert calls[-1]["id"] == "abc123" and calls[-1]["resume"] == "allow" and calls[-1]["mode"] == "online"
+    make_wandb_logger(tmp_path, "run", {"seed": 0}, mode="offline", resume={"id": "abc123", "mode": "offline"})
+    assert "id" not in calls[-1] and calls[-1]["config"]["resumed_from"] == "abc123"
+
+
+def test_resolve_checkpoint(tmp_path):
+    from attnbench.errors import ConfigError
+    from attnbench.resume import resolve_checkpoint
+
+    assert resolve_checkpoint(None, tmp_path) is None
+    assert resolve_checkpoint("last", tmp_path) is None  # nothing yet: start from scratch (warns)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert resolve_checkpoint("last", tmp_path) == str(tmp_path / "checkpoints" / "last.ckpt")
+    with pytest.raises(ConfigError, match="no such checkpoint file"):
+        resolve_checkpoint(str(tmp_path / "missing.ckpt"), tmp_path)

@@ -57,6 +57,7 @@ def test_same_seed_same_metrics(reference):
     root, env, first = reference
     _train([*RUN, f"hydra.run.dir={root / 'again'}"], env)
     second = _metrics(root / "again")
+    print("same seed twice: " + ", ".join(f"{k} {second[k]:.6f}/{first[k]:.6f}" for k in ("test/acc", "val/loss")))
     assert {k: second[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
 
 
@@ -89,6 +90,7 @@ def test_resume_after_sigkill_matches_uninterrupted_run(reference):
     assert resumed["resumed_from"] == str(last.resolve())
     log = (run_dir / "train.log").read_text()
     assert "Resumed at the start of epoch" in log, resumed_proc.stdout[-2000:]
+    print("resumed vs uninterrupted: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}" for k in COMPARED))
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
     assert Path(resumed["best_checkpoint"]).parent == run_dir / "checkpoints"
 

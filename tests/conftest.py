@@ -17,3 +17,17 @@ def data_dir() -> Path:
     if not (path / "sst2" / "train.parquet").is_file():
         pytest.fail(f"real data not found at {path}; set ATTNBENCH_DATA_DIR to the folder with sst2/, imdb/, trec/")
     return path
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One tokenizer/tokenized-split cache for the tests that train through `train.py` (built once)."""
+    return tmp_path_factory.mktemp("attnbench-cache")
+
+
+def train_env(data_dir: Path, cache_dir: Path) -> dict[str, str]:
+    """Environment of a `train.py` subprocess: real data, the shared cache, W&B offline whatever the machine."""
+    env = {**os.environ, "ATTNBENCH_DATA_DIR": str(data_dir), "ATTNBENCH_CACHE_DIR": str(cache_dir)}
+    env.pop("WANDB_API_KEY", None)
+    env["WANDB_MODE"] = "offline"
+    return env

@@ -87,7 +87,9 @@ class RunStats(pl.Callback):
     the first ``warmup_steps``, divided by the wall time of those steps
     (seconds, CUDA-synchronised; data loading between steps counted, while
     validation, checkpointing and the first fetch after each of them are not).
-    Test rate: the same over the whole test loop (inference only).
+    Test rate: the same over the whole test loop (inference only). Under DDP
+    both count the samples and tokens of every process, over the time of the
+    slowest: the whole job's throughput.
 
     After a run, :attr:`summary` holds ``train/samples_per_sec``,
     ``train/tokens_per_sec``, ``train/steps_per_sec``, ``train/time_sec`` (the measured steps),
@@ -147,12 +149,22 @@ class RunStats(pl.Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._last_end = None
 
+    @staticmethod
+    def _whole_job(trainer, samples: int, tokens: int, seconds: float) -> tuple[float, float, float]:
+        """Samples and tokens summed over all processes of the job; seconds: the slowest process's."""
+        if trainer.world_size <= 1:
+            return float(samples), float(tokens), float(seconds)
+        local = torch.tensor([samples, tokens, seconds], dtype=torch.float64, device=trainer.strategy.root_device)
+        gathered = trainer.strategy.all_gather(local).reshape(-1, 3).cpu()
+        return float(gathered[:, 0].sum()), float(gathered[:, 1].sum()), float(gathered[:, 2].max())
+
     def on_fit_end(self, trainer, pl_module) -> None:
-        if self._train_time > 0:
-            self.summary["train/samples_per_sec"] = self._train_samples / self._train_time
-            self.summary["train/tokens_per_sec"] = self._train_tokens / self._train_time
-            self.summary["train/steps_per_sec"] = self._train_steps / self._train_time
-            self.summary["train/time_sec"] = self._train_time
+        samples, tokens, seconds = self._whole_job(trainer, self._train_samples, self._train_tokens, self._train_time)
+        if seconds > 0:
+            self.summary["train/samples_per_sec"] = samples / seconds
+            self.summary["train/tokens_per_sec"] = tokens / seconds
+            self.summary["train/steps_per_sec"] = self._train_steps / seconds  # every process takes every step
+            self.summary["train/time_sec"] = seconds
         elif self._steps_seen:
             log.warning(
                 "Only %d training steps, all within the %d warm-up steps: no training throughput is reported "
@@ -170,10 +182,11 @@ class RunStats(pl.Callback):
         self._test_tokens += num_tokens(batch)
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
-        elapsed = self._now(pl_module) - self._test_t0
-        if elapsed > 0 and self._test_samples:
-            self.summary["test/samples_per_sec"] = self._test_samples / elapsed
-            self.summary["test/tokens_per_sec"] = self._test_tokens / elapsed
+        samples, tokens, elapsed = self._whole_job(trainer, self._test_samples, self._test_tokens,
+                                                   self._now(pl_module) - self._test_t0)
+        if elapsed > 0 and samples:
+            self.summary["test/samples_per_sec"] = samples / elapsed
+            self.summary["test/tokens_per_sec"] = tokens / elapsed
         self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import datasets
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from attnbench.errors import AttnbenchError
 
@@ -117,6 +117,34 @@ class TokenizedSplit(Dataset):
 
     def __getitem__(self, i: int) -> tuple[list[int], int]:
         return self.input_ids[i], self.labels[i]
+
+
+class EpochShuffleSampler(RandomSampler):
+    """A new random order every epoch that depends on (seed, epoch) only, never on the global RNG.
+
+    Lightning calls :meth:`set_epoch` before each epoch, so a run resumed from an
+    epoch-end checkpoint sees the same batches as the uninterrupted run, however
+    much randomness (dropout) was drawn before. Under DDP Lightning replaces it
+    with a ``DistributedSampler`` (a ``RandomSampler`` subclass is recognised as
+    "shuffle"), which has the same property.
+
+    Args:
+        data_source: the dataset (only its length is used).
+        seed: the run's seed (``PL_GLOBAL_SEED``, set by ``seed_everything``).
+    """
+
+    def __init__(self, data_source: Dataset, seed: int = 0) -> None:
+        super().__init__(data_source)
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the order of epoch ``epoch`` (0-based)."""
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
 
 
 class PadCollator:
@@ -576,10 +604,13 @@ class TextClassificationDataModule(pl.LightningDataModule):
         return len(self.label_names)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        # The order and the loader's own seed never touch the global RNG (see EpochShuffleSampler).
+        seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
         return DataLoader(
             self.splits[split],
             batch_size=self.batch_size if split == "train" else self.eval_batch_size,
-            shuffle=shuffle,
+            sampler=EpochShuffleSampler(self.splits[split], seed) if shuffle else None,
+            generator=torch.Generator().manual_seed(seed),
             collate_fn=PadCollator(self.pad_id),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

@@ -131,16 +131,22 @@ def _check_optim(optim: Any) -> None:
             raise ConfigError(f"optim.{key} must be a number {'>' if strictly else '>='} 0, got {value!r}")
 
 
-def check_output_dir(output_dir: Path) -> None:
+def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     """Refuse to write into a directory that already holds a run's results.
 
+    A resumed run (``ckpt_path`` set) continues in its own dir: its checkpoints
+    and ``failure.json`` are expected there, only a finished run's
+    ``metrics.json`` is refused.
+
     Raises:
-        ConfigError: ``output_dir`` holds ``metrics.json``, ``failure.json`` or checkpoints.
+        ConfigError: ``output_dir`` holds ``metrics.json``, or (when not resuming)
+            ``failure.json`` or checkpoints.
     """
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return  # a DDP worker process started by Lightning: it shares rank 0's dir
-    taken = [name for name in ("metrics.json", FAILURE_FILE) if (output_dir / name).exists()]
-    if any((output_dir / "checkpoints").glob("*.ckpt")):
+    names = ("metrics.json",) if resuming else ("metrics.json", FAILURE_FILE)
+    taken = [name for name in names if (output_dir / name).exists()]
+    if not resuming and any((output_dir / "checkpoints").glob("*.ckpt")):
         taken.append("checkpoints/")
     if taken:
         raise ConfigError(
@@ -385,11 +391,15 @@ class FreshOutputDir(HydraCallback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if str(config.hydra.output_subdir).startswith(".pl_ddp_hydra_") or os.environ.get("LOCAL_RANK", "0") != "0":
             return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
+        if config.get("ckpt_path"):
+            return  # resuming: the run continues in the dir it names (hydra.run.dir=<run dir> ckpt_path=last)
         wanted = Path(str(config.hydra.run.dir))
         got = claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench"))
         self._set(config, "run", wanted, got)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.get("ckpt_path"):
+            return  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir> ckpt_path=last)
         wanted = Path(str(config.hydra.sweep.dir))
         got = claim_dir(wanted, "multirun.yaml", marker_is_file=True)
         self._set(config, "sweep", wanted, got)

@@ -53,6 +53,8 @@ def make_wandb_logger(
     tags: list[str] | None = None,
     mode: str = "auto",
     init_timeout: float = 60.0,
+    start: bool = True,
+    resume: dict[str, str] | None = None,
 ) -> Logger | None:
     """A started ``WandbLogger``, or ``None`` if W&B cannot start at all (warns once).
 
@@ -62,6 +64,12 @@ def make_wandb_logger(
         config: the resolved Hydra config, stored as the run config.
         mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (see :func:`resolve_wandb_mode`).
         init_timeout: seconds to wait for an online start before falling back.
+        start: start the run now (rank 0). ``False`` on the other processes of a
+            DDP job: their logger stays a no-op, so a job makes one W&B run.
+        resume: ``{"id", "mode"}`` of the run a resumed job continues. An online
+            run is resumed under the same id (``resume="allow"``); an offline one
+            cannot be resumed by W&B, so the job starts a new offline run whose
+            config names it (``resumed_from``).
 
     Online needs credentials (``WANDB_API_KEY`` or ``wandb login``) and a reachable
     server; without them this goes offline at once, with a warning saying why.
@@ -79,6 +87,8 @@ def make_wandb_logger(
         return None
 
     save_dir.mkdir(parents=True, exist_ok=True)
+    if not start:
+        return WandbLogger(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir), mode=mode)
     attempts = [mode] if mode == "offline" else [mode, "offline"]
     last_err: Exception | str | None = None
     if mode == "online":
@@ -89,6 +99,12 @@ def make_wandb_logger(
         if last_err:
             attempts = ["offline"]
     for attempt in attempts:
+        resume_kwargs: dict[str, Any] = {}
+        if resume and resume.get("id"):
+            if attempt == "online" and resume.get("mode") == "online":
+                resume_kwargs = {"id": resume["id"], "resume": "allow"}
+            else:
+                config = {**config, "resumed_from": resume["id"]}
         try:
             wb = WandbLogger(
                 project=project,
@@ -100,8 +116,11 @@ def make_wandb_logger(
                 mode=attempt,
                 config=config,
                 settings=wandb.Settings(init_timeout=init_timeout, console="off", silent=True),
+                **resume_kwargs,
             )
-            _ = wb.experiment  # start now, so failures surface here and not mid-training
+            run = wb.experiment  # start now, so failures surface here and not mid-training
+            if resume_kwargs:
+                log.info("W&B run %s resumed (%s).", run.id, getattr(run, "url", "") or attempt)
             if attempt != mode:
                 reason = last_err if isinstance(last_err, str) else _one_line(last_err)
                 warnings.warn(

@@ -95,6 +95,7 @@ class TextClassifierModule(pl.LightningModule):
         self.test_loss = MeanMetric()
         self.val_acc_best = MaxMetric()
         self.flops_per_batch = None  # lengths vary per batch; FLOPs are measured by scripts/bench_attention.py
+        self._resumed_acc_best: float | None = None
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor) -> Tensor:
         """logits B×C for ``input_ids`` B×L and ``padding_mask`` B×L (True = pad)."""
@@ -108,12 +109,26 @@ class TextClassifierModule(pl.LightningModule):
         loss, logits = self._step(batch)
         self.train_acc(logits.argmax(-1), batch["labels"])
         bs = batch["labels"].shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs)
+        # sync_dist: under DDP the logged loss is the mean over processes (one all-reduce of a scalar per step)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs, sync_dist=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=bs)
         return loss
 
     def on_train_start(self) -> None:
         self.val_acc_best.reset()  # drop the sanity-check validation
+        if self._resumed_acc_best is not None:  # a resumed run keeps the best of the epochs before it
+            self.val_acc_best.update(torch.tensor(self._resumed_acc_best, device=self.device))
+            self._resumed_acc_best = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Metric states are not part of ``state_dict``: keep ``val/acc_best`` for a resumed run."""
+        if self.val_acc_best.update_count:  # its updates are synced val/acc values: no collective needed
+            checkpoint["val_acc_best"] = float(self.val_acc_best.max_value)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore ``val/acc_best`` saved by :meth:`on_save_checkpoint` (applied when training starts)."""
+        value = checkpoint.get("val_acc_best")
+        self._resumed_acc_best = None if value is None else float(value)
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         loss, logits = self._step(batch)

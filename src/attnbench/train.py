@@ -28,10 +28,12 @@ from pytorch_lightning.callbacks.progress import ProgressBar
 
 from attnbench.callbacks import RunStats
 from attnbench.data import TextClassificationDataModule
+from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_done, job_failed, run_cli
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
+from attnbench.resume import ResumeState, checkpoint_extras, resolve_checkpoint
 
 log = logging.getLogger("attnbench")
 
@@ -44,6 +46,16 @@ warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to d
 # Noise from library internals that users cannot act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
 warnings.filterwarnings("ignore", message=r".*The anonymous setting has no effect.*")
+
+
+def _sqlite_url(path: str) -> str:
+    """``${attnbench.sqlite:outputs/hpo/optuna.db}`` -> ``sqlite:////abs/outputs/hpo/optuna.db``, folder created."""
+    file = Path(path).expanduser().resolve()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{file}"
+
+
+OmegaConf.register_new_resolver("attnbench.sqlite", _sqlite_url, replace=True)
 
 
 def _output_dir(cfg: DictConfig) -> Path:
@@ -70,10 +82,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool = True) -> tuple[list[pl.Callback], RunStats]:
     callbacks: list[pl.Callback] = []
     progress_bar = cfg.trainer.get("enable_progress_bar", True)
-    for name, cb_cfg in (cfg.get("callbacks") or {}).items():
+    for cb_cfg in (cfg.get("callbacks") or {}).values():
         if cb_cfg is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
             continue
-        extra = {"dirpath": str(output_dir / "checkpoints")} if name == "model_checkpoint" else {}
+        is_checkpoint = str(cb_cfg.get("_target_", "")).endswith("ModelCheckpoint")
+        extra = {"dirpath": str(output_dir / "checkpoints")} if is_checkpoint else {}
         callback = instantiate(cb_cfg, **extra)
         if isinstance(callback, ProgressBar) and not progress_bar:
             continue  # trainer.enable_progress_bar=false wins over the configured bar
@@ -87,6 +100,11 @@ def _build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool = True)
     return callbacks, stats
 
 
+def _processes_per_node(cfg: DictConfig) -> int:
+    devices = cfg.trainer.get("devices", 1)
+    return int(devices) if isinstance(devices, int) and devices > 0 else 1
+
+
 def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDataModule) -> dict[str, Any]:
     """``val_check_interval=max_steps`` when the run ends before its first epoch does.
 
@@ -95,7 +113,8 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
     and test its last weights rather than the best ones.
     """
     max_steps = int(cfg.trainer.get("max_steps") or -1)
-    batches_per_epoch = len(datamodule.train_dataloader())
+    world_size = _processes_per_node(cfg) * int(cfg.trainer.get("num_nodes") or 1)
+    batches_per_epoch = -(-len(datamodule.train_dataloader()) // world_size)  # each process gets 1/world_size
     limit = cfg.trainer.get("limit_train_batches")
     if isinstance(limit, int) and limit > 0:
         batches_per_epoch = min(batches_per_epoch, limit)
@@ -159,8 +178,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     check_config(cfg)
     output_dir = _output_dir(cfg)
-    check_output_dir(output_dir)
+    check_output_dir(output_dir, resuming=bool(cfg.get("ckpt_path")))
     output_dir.mkdir(parents=True, exist_ok=True)
+    # Before the Trainer exists: the rank the launcher gave this process (DDP children, SLURM tasks, torchrun).
+    rank_zero = global_rank_from_env(_processes_per_node(cfg)) == 0
+    if HydraConfig.initialized() and "LOCAL_RANK" not in os.environ:
+        use_job_command_for_ddp_children(output_dir)  # DDP children run this job, in this output dir
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), output_dir)
+    resumed = checkpoint_extras(ckpt_path) if ckpt_path else {}
+    if ckpt_path:
+        log.info("Resuming from %s (epoch %d, step %d)", ckpt_path, resumed["epoch"], resumed["global_step"])
     pl.seed_everything(cfg.seed, workers=True)
 
     try:
@@ -197,6 +224,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             tags=list(wb_cfg.get("tags") or []),
             mode=wb_cfg.get("mode", "auto"),
             init_timeout=float(wb_cfg.get("init_timeout", 60)),
+            start=rank_zero,
+            resume=resumed.get("wandb_run"),
         )
         if wandb_logger is not None:
             loggers.append(wandb_logger)
@@ -204,6 +233,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         loggers.append(make_csv_logger(output_dir))
 
     callbacks, _ = _build_callbacks(cfg, output_dir, has_logger=bool(loggers))
+    resume_state = ResumeState()
+    if wandb_logger is not None and rank_zero:
+        resume_state.wandb_run = {"id": wandb_logger.experiment.id, "mode": wandb_logger.experiment.settings.mode}
+    callbacks.append(resume_state)
     guard = FaultGuard(cfg, output_dir)
     try:
         trainer: pl.Trainer = instantiate(
@@ -222,7 +255,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         output_dir,
     )
     with guard.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
-        trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
 
         ckpt_cb = trainer.checkpoint_callback
@@ -241,7 +274,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "seed": int(cfg.seed),
         "output_dir": str(output_dir),
         "best_checkpoint": best or None,
+        "world_size": trainer.world_size,
     }
+    if ckpt_path:
+        info["resumed_from"] = ckpt_path
+    if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
+        return summary
     if wandb_logger is not None:
         try:
             run = wandb_logger.experiment
@@ -289,17 +327,56 @@ def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
             console.print(f"W&B run: {info['wandb_run_dir']}")
 
 
+def _in_sweep() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _record_failure(cfg: DictConfig, err: BaseException) -> None:
+    """``<output_dir>/error.json`` for a failed sweep job: the job's overrides and the error (rank 0 only)."""
+    if global_rank_from_env(_processes_per_node(cfg)) != 0:
+        return
+    try:
+        output_dir = _output_dir(cfg)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(output_dir / "error.json", {
+            "status": "failed",
+            "error": f"{type(err).__name__}: {err}",
+            "run_name": str(cfg.get("run_name")),
+            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
+        })
+    except Exception as write_err:  # noqa: BLE001 - never hide the original error
+        log.warning("Could not write error.json: %s", write_err)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
-    """Hydra task; returns the metric named by ``optimized_metric`` (for sweepers)."""
+    """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
+
+    A failed job of a sweep leaves ``error.json`` (and, for a fault during
+    training, ``failure.json``) in its output dir and an ERROR line in its
+    ``train.log``; its exception goes to Hydra, so the other jobs still run,
+    the Optuna sweeper records the trial as failed and goes on
+    (``hydra.sweeper.max_failure_rate``), and :func:`main` lists the failed
+    jobs when all are done.
+    """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        summary = train(cfg)
-    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
-        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
-    job_done()
     metric = cfg.get("optimized_metric")
-    return summary.get(metric) if metric else None
+    try:
+        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
+            summary = train(cfg)
+        if metric and summary.get(metric) is None:
+            raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
+    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
+        if _in_sweep():
+            _record_failure(cfg, err)
+        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
+    except Exception as err:  # a bug: the traceback, and in a sweep the other jobs still run
+        if _in_sweep():
+            _record_failure(cfg, err)
+            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
+        raise
+    job_done()
+    return float(summary[metric]) if metric else None
 
 
 def main() -> None:

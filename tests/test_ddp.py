@@ -1,0 +1,99 @@
+"""`trainer=ddp_cpu`: 2 processes (gloo) make one job — one output dir, one W&B run, one metrics.json — and
+learn what one process learns with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT, train_env
+
+# 4,000 SST-2 phrases, 2 epochs, global batch 32: 250 optimizer steps, enough to reach ~0.73 test accuracy
+# (majority class: 0.509) so that the comparison means something; the full 872-sentence test split.
+RUN = [
+    "model=tiny",
+    "data.max_train_samples=4000",
+    "data.max_length=32",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "callbacks.run_stats.warmup_steps=5",
+    "~callbacks.attention_diagnostics",
+]
+# Two processes see the data in a different order (DistributedSampler shards a different permutation) and draw
+# different dropout masks, so the runs differ as two seeds of one process do. Measured on this config:
+# 1 process vs 2 processes 0.7259 vs 0.7259 (seed 0), 0.7305 vs 0.7317 (seed 1); seeds 0 and 1 of one process
+# differ by 0.005. 0.02 (17 of 872 sentences) is four times that spread and far below the 0.22 learned above
+# the majority class.
+TOLERANCE = 0.02
+
+
+def _train(args: list[str], env: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "train.py", *args], check=False, cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+
+def test_ddp_cpu_is_one_job_and_matches_one_process(tmp_path, data_dir, cache_dir):
+    env = train_env(data_dir, cache_dir)
+    single = tmp_path / "single"
+    _train([*RUN, "data.batch_size=32", "logger=csv", f"hydra.run.dir={single}"], env)
+    # ${now:...} with microseconds: a second process that composed its own run dir would not find this one
+    ddp_root = tmp_path / "ddp"
+    _train([*RUN, "trainer=ddp_cpu", "data.batch_size=16", f"hydra.run.dir={ddp_root}/" + "${now:%H-%M-%S-%f}"],
+           env)
+
+    run_dirs = [p for p in ddp_root.iterdir() if p.is_dir()]
+    assert len(run_dirs) == 1, run_dirs  # one output dir for both processes
+    run_dir = run_dirs[0]
+    ddp = json.loads((run_dir / "metrics.json").read_text())
+    one = json.loads((single / "metrics.json").read_text())
+    assert ddp["world_size"] == 2 and one["world_size"] == 1
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1  # one W&B run
+    assert (run_dir / "train_rank1.log").is_file()  # rank 1 logs beside the job's train.log
+    # same global batch, same number of optimizer steps
+    assert Path(ddp["best_checkpoint"]).name.split("-")[1] == Path(one["best_checkpoint"]).name.split("-")[1]
+    # throughput counts both processes' samples
+    assert ddp["train/samples_per_sec"] > 0 and ddp["test/samples_per_sec"] > 0
+    print(f"test/acc: 1 process (batch 32) {one['test/acc']:.4f}, 2 processes (2 x 16) {ddp['test/acc']:.4f}; "
+          f"val/acc_best {one['val/acc_best']:.4f} vs {ddp['val/acc_best']:.4f}")
+    assert abs(ddp["test/acc"] - one["test/acc"]) <= TOLERANCE
+    assert abs(ddp["val/acc_best"] - one["val/acc_best"]) <= TOLERANCE
+    assert one["test/acc"] > 0.65  # both learned: the comparison is not between two coin flips
+
+
+@pytest.mark.slow
+def test_ddp_jobs_of_one_multirun(tmp_path, data_dir, cache_dir):
+    """Two DDP jobs in one multirun process: each starts its own rank 1 with its own config and output dir."""
+    sweep = tmp_path / "sweep"
+    _train(["-m", "trainer=ddp_cpu", "seed=0,1", "model=tiny", "data.max_train_samples=320", "data.max_eval_samples=64",
+            "data.batch_size=16", "data.max_length=32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+            "callbacks.run_stats.warmup_steps=2", "~callbacks.attention_diagnostics", f"hydra.sweep.dir={sweep}"],
+           train_env(data_dir, cache_dir))
+    jobs = sorted(sweep.glob("*/metrics.json"))
+    assert len(jobs) == 2
+    for seed, path in enumerate(jobs):
+        metrics = json.loads(path.read_text())
+        assert metrics["seed"] == seed and metrics["world_size"] == 2
+        assert f"output in {path.parent}" in (path.parent / "train_rank1.log").read_text()  # rank 1 ran this job
+        assert len(list((path.parent / "wandb").glob("offline-run-*"))) == 1
+
+
+def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
+    from attnbench.distributed import ddp_child_command, global_rank_from_env
+
+    for key in ("RANK", "SLURM_PROCID", "SLURM_NTASKS", "JSM_NAMESPACE_RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    assert global_rank_from_env(4) == 0
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert global_rank_from_env(4) == 1
+    monkeypatch.setenv("NODE_RANK", "1")
+    assert global_rank_from_env(4) == 5  # second node's second process
+    monkeypatch.setenv("RANK", "7")
+    assert global_rank_from_env(4) == 7
+    command = ddp_child_command(["seed=1", "optim.lr=0.001"], tmp_path / "run dir", 1)
+    assert command[1:5] == ["-m", "attnbench.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
+    assert f'hydra.run.dir="{tmp_path / "run dir"}"' in command and "hydra.output_subdir=null" in command

@@ -1,0 +1,99 @@
+"""Sweeps on Hydra's engines: the joblib and submitit_local launchers, the Optuna sweeper, failed jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT, train_env
+
+SHORT = [
+    "model=tiny",
+    "data.max_train_samples=320",
+    "data.max_eval_samples=64",
+    "data.batch_size=16",
+    "data.max_length=32",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.num_sanity_val_steps=0",
+    "callbacks.run_stats.warmup_steps=2",
+    "~callbacks.attention_diagnostics",
+]
+
+
+def _multirun(args: list[str], env: dict[str, str], expect_ok: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "train.py", "-m", *args], check=False, cwd=REPO_ROOT, env=env,
+                          capture_output=True,
+                          text=True, timeout=600)
+    if expect_ok:
+        assert proc.returncode == 0, f"multirun failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def _jobs(sweep_dir: Path) -> list[tuple[dict, list[Path]]]:
+    """(metrics.json, W&B offline runs) of every finished job of a sweep."""
+    return [(json.loads(m.read_text()), sorted((m.parent / "wandb").glob("offline-run-*")))
+            for m in sorted(sweep_dir.glob("*/metrics.json"))]
+
+
+@pytest.mark.parametrize("launcher, extra", [
+    ("joblib", ["hydra.launcher.n_jobs=2"]),
+    ("submitit_local", ["hydra.launcher.timeout_min=10"]),
+])
+def test_launcher_runs_two_jobs_with_two_wandb_runs(tmp_path, data_dir, cache_dir, launcher, extra):
+    sweep_dir = tmp_path / "sweep"
+    _multirun([f"hydra/launcher={launcher}", *extra, "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep_dir}"],
+              train_env(data_dir, cache_dir))
+    jobs = _jobs(sweep_dir)
+    assert len(jobs) == 2
+    assert sorted(m["seed"] for m, _ in jobs) == [0, 1]
+    assert all(len(runs) == 1 for _, runs in jobs), [runs for _, runs in jobs]  # one W&B run per job
+    assert len({m["wandb_run_id"] for m, _ in jobs}) == 2
+    assert len({m["wandb_group"] for m, _ in jobs}) == 1  # one group per multirun, whatever the launcher
+    assert all(0.0 <= m["test/acc"] <= 1.0 and m["train/samples_per_sec"] > 0 for m, _ in jobs)
+    for metrics, runs in jobs:
+        assert Path(metrics["output_dir"]).parent == sweep_dir
+        assert list(runs[0].glob("*.wandb")), f"no W&B log in {runs[0]}"
+
+
+def test_optuna_sweep_writes_its_study(tmp_path, data_dir, cache_dir):
+    import optuna
+
+    sweep_dir = tmp_path / "sweep"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    _multirun(["hparams_search=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.study_name=test",
+               f"hydra.sweeper.storage={storage}", *SHORT, f"hydra.sweep.dir={sweep_dir}", "logger=csv"],
+              train_env(data_dir, cache_dir))
+    study = optuna.load_study(study_name="test", storage=storage)  # the study survives the process
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert set(trials[0].params) == {"optim.lr", "optim.warmup_ratio", "optim.weight_decay", "model.dropout"}
+    values = sorted(json.loads(m.read_text())["val/acc_best"] for m in sweep_dir.glob("*/metrics.json"))
+    assert sorted(t.value for t in trials) == pytest.approx(values)  # the trials' values are the jobs' val/acc_best
+    results = (sweep_dir / "optimization_results.yaml").read_text()
+    assert f"best_value: {study.best_value}" in results
+    print(f"optuna: best val/acc_best {study.best_value:.4f} of {[round(v, 4) for v in values]}, "
+          f"best params {study.best_params}")
+
+
+def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_dir):
+    """One job of two cannot start (3 heads do not divide d_model=64): it leaves error.json, the other its results."""
+    sweep_dir = tmp_path / "sweep"
+    proc = _multirun(["model.n_heads=2,3", *SHORT, f"hydra.sweep.dir={sweep_dir}", "logger=csv"],
+                     train_env(data_dir, cache_dir), expect_ok=False)
+    assert proc.returncode != 0  # Hydra reports the failed job when the sweep ends
+    assert "d_model=64 is not divisible by n_heads=3" in proc.stderr + proc.stdout
+    ok, failed = sorted(sweep_dir.glob("*/metrics.json")), sorted(sweep_dir.glob("*/error.json"))
+    assert len(ok) == 1 and len(failed) == 1
+    error = json.loads(failed[0].read_text())
+    assert error["status"] == "failed" and "model.n_heads=3" in error["overrides"]
+    # the report lists it
+    report = subprocess.run([sys.executable, "scripts/report.py", str(sweep_dir)], check=False, cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (sweep_dir / "report.md").read_text()
+    assert "1 finished, 1 failed" in text and "not divisible by n_heads=3" in text

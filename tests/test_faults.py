@@ -313,6 +313,7 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(toy, tmp_path, monkey
 
     monkeypatch.setattr(TextClassifierModule, "forward", forward)
     out = tmp_path / "run"
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh process, whatever earlier tests set
     try:
         with pytest.raises(RunInterrupted) as err:
             run_in_process(toy, out, "trainer.max_steps=100")

@@ -99,6 +99,7 @@ def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
     """The W&B id stored in a checkpoint: resumed under that id online; offline, a new run that names it."""
     import pytorch_lightning.loggers as pl_loggers
 
+    import attnbench.loggers as loggers_mod
     from attnbench.loggers import make_wandb_logger
 
     calls = []
@@ -112,6 +113,9 @@ def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
             return type("Run", (), {"id": calls[-1].get("id", "new"), "url": ""})()
 
     monkeypatch.setattr(pl_loggers, "WandbLogger", FakeLogger)
+    # pretend credentials and a reachable server (without them online falls back to offline at once)
+    monkeypatch.setattr(loggers_mod, "wandb_credentials_available", lambda: True)
+    monkeypatch.setattr(loggers_mod, "wandb_server_unreachable", lambda *a, **k: None)
     make_wandb_logger(tmp_path, "run", {"seed": 0}, mode="online", resume={"id": "abc123", "mode": "online"})
     assert calls[-1]["id"] == "abc123" and calls[-1]["resume"] == "allow" and calls[-1]["mode"] == "online"
     make_wandb_logger(tmp_path, "run", {"seed": 0}, mode="offline", resume={"id": "abc123", "mode": "offline"})

@@ -295,7 +295,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
                "train tok/s", "train steps/s", "test tok/s", "peak mem (MiB)", "params"]
     if has_diag:
-        headers += ["entropy (norm.)", "saturated rows", "max |score|"]
+        headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, r in table.iterrows():
         ci = (f"[{r.acc_mean - r.acc_ci:.4f}, {r.acc_mean + r.acc_ci:.4f}]" if not math.isnan(r.acc_ci) else "–")

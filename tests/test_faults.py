@@ -293,6 +293,7 @@ def test_sigterm_writes_a_checkpoint_finishes_wandb_and_exits_143(toy, tmp_path)
     match = re.search(r"Error: Interrupted by SIGTERM at step (\d+) \(epoch \d+\); checkpoint saved to (\S+)\. "
                       r"Resume with: python train\.py .*ckpt_path=(\S+)\.$", stdout, re.MULTILINE)
     assert match and match[2] == match[3] == str(ckpt), stdout[-3000:]
+    assert f" hydra.run.dir={out} ckpt_path=" in stdout  # the resume continues in this run's dir
     assert "Traceback" not in stdout
     assert torch.load(ckpt, map_location="cpu", weights_only=False)["global_step"] == int(match[1]) > 0
     failure = json.loads((out / "failure.json").read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -122,6 +123,18 @@ def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
     assert "id" not in calls[-1] and calls[-1]["config"]["resumed_from"] == "abc123"
 
 
+def test_csv_log_of_a_resumed_run_is_kept(tmp_path):
+    from attnbench.loggers import make_csv_logger
+
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text("step,val/acc\n79,0.7\n")
+    logger = make_csv_logger(tmp_path)
+    logger.log_metrics({"val/acc": 0.8}, step=158)
+    logger.save()
+    assert (tmp_path / "csv" / "metrics.part1.csv").read_text() == "step,val/acc\n79,0.7\n"
+    assert "158" in (tmp_path / "csv" / "metrics.csv").read_text()
+
+
 def test_resolve_checkpoint(tmp_path):
     from attnbench.errors import ConfigError
     from attnbench.resume import resolve_checkpoint
@@ -131,5 +144,9 @@ def test_resolve_checkpoint(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
     assert resolve_checkpoint("last", tmp_path) == str(tmp_path / "checkpoints" / "last.ckpt")
+    # a Ctrl-C/SIGTERM checkpoint written after it is newer: `last` resumes from there
+    os.utime(tmp_path / "checkpoints" / "last.ckpt", (1_000_000_000, 1_000_000_000))
+    (tmp_path / "checkpoints" / "interrupted.ckpt").write_bytes(b"")
+    assert resolve_checkpoint("last", tmp_path) == str(tmp_path / "checkpoints" / "interrupted.ckpt")
     with pytest.raises(ConfigError, match="no such checkpoint file"):
         resolve_checkpoint(str(tmp_path / "missing.ckpt"), tmp_path)

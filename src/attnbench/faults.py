@@ -183,6 +183,16 @@ def _overrides() -> list[str]:
     return []
 
 
+def _run_dir_override() -> list[str]:
+    """``hydra.run.dir=<this run's dir>`` for a single run, so that its resume continues in the same dir."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN:
+        return [shlex.quote(f"hydra.run.dir={HydraConfig.get().runtime.output_dir}")]
+    return []
+
+
 class FaultGuard(pl.Callback):
     """Stops on a non-finite loss or a SIGTERM, saves a checkpoint on interrupts and crashes.
 
@@ -234,6 +244,11 @@ class FaultGuard(pl.Callback):
             return  # testing: the trained checkpoints exist; NaN: keep the last good checkpoint, write no NaN one
         if _write_error(exception) is not None:
             return  # writing another checkpoint would fail the same way
+        if trainer.validating or trainer.sanity_checking:
+            # A checkpoint taken inside validation marks the epoch's training as done but not its validation;
+            # resuming from it would skip that validation (and perhaps the best checkpoint). Keep the last one.
+            self.checkpoint_error = "interrupted during validation, whose checkpoint would skip it on resume"
+            return
         path = self.output_dir / "checkpoints" / INTERRUPTED_CKPT
         try:
             trainer.save_checkpoint(path)
@@ -297,7 +312,8 @@ class FaultGuard(pl.Callback):
 
     def _interrupt_message(self) -> str:
         if self.checkpoint is not None:
-            resume = " ".join(["python train.py", *map(shlex.quote, _overrides()), f"ckpt_path={self.checkpoint}"])
+            resume = " ".join(["python train.py", *map(shlex.quote, _overrides()), *_run_dir_override(),
+                               f"ckpt_path={shlex.quote(str(self.checkpoint))}"])
             saved = f"checkpoint saved to {self.checkpoint}. Resume with: {resume}"
         else:
             last = self._last_checkpoint()

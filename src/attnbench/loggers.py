@@ -144,5 +144,17 @@ def make_wandb_logger(
 
 
 def make_csv_logger(save_dir: Path) -> CSVLogger:
-    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders)."""
+    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders).
+
+    A resumed run writes into the same folder, where Lightning's CSV writer
+    would delete the earlier ``metrics.csv``: it is kept as
+    ``metrics.part1.csv`` (``part2``, ... for later resumes) instead.
+    """
+    current = save_dir / "csv" / "metrics.csv"
+    if current.is_file():
+        part = 1
+        while (current.parent / f"metrics.part{part}.csv").exists():
+            part += 1
+        current.rename(current.parent / f"metrics.part{part}.csv")
+        log.info("Kept the earlier CSV log as %s", current.parent / f"metrics.part{part}.csv")
     return CSVLogger(save_dir=str(save_dir), name="csv", version="")

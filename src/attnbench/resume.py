@@ -33,8 +33,9 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path) -> str | None:
     """The checkpoint file a run resumes from, or ``None`` to start from scratch.
 
     Args:
-        ckpt_path: ``None``; ``"last"`` — the newest ``last*.ckpt`` in this
-            job's ``<output_dir>/checkpoints/`` (resume a run by giving its
+        ckpt_path: ``None``; ``"last"`` — the newest of ``last*.ckpt`` and
+            ``interrupted.ckpt`` (written on Ctrl-C/SIGTERM) in this job's
+            ``<output_dir>/checkpoints/`` (resume a run by giving its
             directory: ``hydra.run.dir=<run dir>``, or a sweep's with
             ``hydra.sweep.dir=<sweep dir>``); or a path to a ``.ckpt`` file.
         output_dir: the job's output directory.
@@ -45,7 +46,9 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path) -> str | None:
     if ckpt_path in (None, ""):
         return None
     if str(ckpt_path) == "last":
-        candidates = sorted((output_dir / "checkpoints").glob("last*.ckpt"), key=lambda p: p.stat().st_mtime)
+        folder = output_dir / "checkpoints"
+        candidates = sorted([*folder.glob("last*.ckpt"), *folder.glob("interrupted.ckpt")],
+                            key=lambda p: p.stat().st_mtime)
         if not candidates:
             log.warning("ckpt_path=last: no checkpoint in %s yet; training from scratch.", output_dir / "checkpoints")
             return None

@@ -66,3 +66,17 @@ def test_misspelt_key_names_the_closest_keys(tmp_path):
                               "n_heads, ")
     assert message.endswith("pooling. (To add a new key on purpose, write +model.d_modle=...)")
     assert not (tmp_path / "run").exists()
+
+
+def test_top_level_typo_points_one_level_down():
+    proc = _run("lr=0.01")
+    assert proc.returncode == 1
+    assert "Unknown config key 'lr': did you mean optim.lr?" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_multirun_with_cfg_says_how_to_preview_a_sweep():
+    proc = _run("-m", "experiment=compare_cpu", "--cfg", "job")
+    assert proc.returncode == 2
+    assert "Only one of --run, --multirun" in proc.stderr and "--cfg hydra" in proc.stderr
+    assert "Traceback" not in proc.stderr

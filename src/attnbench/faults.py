@@ -477,8 +477,12 @@ def _config_key_message(err: BaseException) -> str | None:
     parent = getattr(cause, "parent_node", None)
     options = [str(k) for k in parent] if isinstance(parent, DictConfig) else []
     prefix = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
-    close = difflib.get_close_matches(key, options, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(prefix + c for c in close)}? " if close else ""
+    close = [prefix + c for c in difflib.get_close_matches(key, options, n=3, cutoff=0.6)]
+    if not prefix and isinstance(parent, DictConfig):  # a top-level key: maybe one level down (lr -> optim.lr)
+        nested = {f"{group}.{sub}": str(sub) for group in parent if isinstance(parent.get(group), DictConfig)
+                  for sub in parent.get(group)}
+        close += [path for path, sub in nested.items() if sub in difflib.get_close_matches(key, [sub], cutoff=0.8)]
+    hint = f"did you mean {' or '.join(close[:4])}? " if close else ""
     where = f"'{prefix[:-1]}'" if prefix else "the config"
     return (f"Unknown config key '{full_key}': {hint}{where} has: {', '.join(options)}. "
             f"(To add a new key on purpose, write +{full_key}=...)")
@@ -501,6 +505,12 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
     try:
         hydra_main()
+    except ValueError as err:
+        if not str(err).startswith("Only one of --run, --multirun"):
+            raise
+        print(f"Error: {err}. To see what a sweep will run, print its config without -m: "
+              "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
+        raise SystemExit(2) from None
     except AttnbenchError as err:  # from a multirun: each job has logged its own message
         failed = _SWEEP["failed"]
         print(f"{len(failed)} of {len(failed) + len(_SWEEP['done'])} jobs failed (each wrote failure.json or "

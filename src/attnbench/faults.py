@@ -505,12 +505,6 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
     try:
         hydra_main()
-    except ValueError as err:
-        if not str(err).startswith("Only one of --run, --multirun"):
-            raise
-        print(f"Error: {err}. To see what a sweep will run, print its config without -m: "
-              "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
-        raise SystemExit(2) from None
     except AttnbenchError as err:  # from a multirun: each job has logged its own message
         failed = _SWEEP["failed"]
         print(f"{len(failed)} of {len(failed) + len(_SWEEP['done'])} jobs failed (each wrote failure.json or "
@@ -520,6 +514,12 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
         if not failed:
             print(f"  {err}", file=sys.stderr)
         raise SystemExit(1) from None
+    except ValueError as err:  # after AttnbenchError: ConfigError is a ValueError too
+        if not str(err).startswith("Only one of --run, --multirun"):
+            raise
+        print(f"Error: {err}. To see what a sweep will run, print its config without -m: "
+              "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
+        raise SystemExit(2) from None
     except CompactHydraException as err:
         if user_full_error:
             raise

@@ -90,6 +90,14 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
     return tokens / (time.perf_counter() - t0)
 
 
+def _datamodule(cfg):
+    """The config's data module, prepared (tokenized, or read from the cache) and set up for fitting."""
+    dm = instantiate(cfg.data)
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
 def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None,
                   extra_callbacks: tuple[pl.Callback, ...] = ()) -> float:
     """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
@@ -134,9 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("train", overrides=["attention=scaled_dot", f"model={args.model}", *args.overrides])
-    dm = instantiate(cfg.data)
-    dm.prepare_data()
-    dm.setup("fit")
+    dm = _datamodule(cfg)
     m = cfg.model
     results: dict[str, list[float]] = {"attnbench": [], "bare": []}
     with tempfile.TemporaryDirectory() as log_dir:
@@ -165,9 +171,7 @@ def compare_attention(args: argparse.Namespace) -> dict[str, float]:
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfgs = {n: compose("train", overrides=[f"attention={n}", f"model={args.model}", *args.overrides]) for n in names}
     first = cfgs[names[0]]
-    dm = instantiate(first.data)
-    dm.prepare_data()
-    dm.setup("fit")
+    dm = _datamodule(first)
     rates: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as log_dir:
         for _ in range(args.repeats):
@@ -196,9 +200,7 @@ def diagnostics_overhead(args: argparse.Namespace) -> dict[str, float]:
     """
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("train", overrides=[f"model={args.model}", *args.overrides])
-    dm = instantiate(cfg.data)
-    dm.prepare_data()
-    dm.setup("fit")
+    dm = _datamodule(cfg)
     diag_cfg = cfg.callbacks.attention_diagnostics
     rates: dict[str, list[float]] = {"without": [], "with": []}
     probe_sec: list[float] = []

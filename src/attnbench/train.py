@@ -149,8 +149,6 @@ def check_config(cfg: DictConfig) -> None:
         TextClassifierModule(vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0,
                              **module_kwargs(cfg))
         warmup_decay_lambda(1, 2, cfg.optim.get("schedule", "cosine"), 0.0)
-        if not float(cfg.optim.lr) > 0:
-            raise ValueError(f"optim.lr must be > 0, got {cfg.optim.lr}")
     except (ValueError, KeyError, TypeError) as err:
         message = err.args[0] if err.args else repr(err)
         raise ConfigError(f"invalid config: {message}") from None

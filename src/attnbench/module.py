@@ -117,6 +117,14 @@ class TextClassifierModule(pl.LightningModule):
         return loss
 
     def on_train_start(self) -> None:
+        # Lightning logs per-step series (train/loss, the learning rate, throughput) every log_every_n_steps
+        # optimizer steps: a run with fewer steps would log none. Log at its last step instead.
+        total = self.trainer.estimated_stepping_batches
+        every = self.trainer.log_every_n_steps
+        if every and math.isfinite(total) and 0 < int(total) < every:
+            log.info("The run has %d optimizer steps, fewer than trainer.log_every_n_steps=%d: per-step metrics "
+                     "are logged every %d steps.", int(total), every, int(total))
+            self.trainer.log_every_n_steps = int(total)
         self.val_acc_best.reset()  # drop the sanity-check validation
         if self._resumed_acc_best is not None:  # a resumed run keeps the best of the epochs before it
             self.val_acc_best.update(torch.tensor(self._resumed_acc_best, device=self.device))

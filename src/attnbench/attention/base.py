@@ -56,16 +56,18 @@ def float32_when_low_precision(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
-        value = args[0] if args and isinstance(args[0], Tensor) else None  # attend's value; scores has none
+        value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
+        value = value if isinstance(value, Tensor) else None
         low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
             value is not None and value.dtype in LOW_PRECISION)
         if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
             return method(self, query, key, *args, **kwargs)
-        out_dtype = value.dtype if value is not None else torch.float32
+        def up(a):
+            return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
+
         with torch.autocast(query.device.type, enabled=False):
-            args = tuple(a.float() if isinstance(a, Tensor) and a.is_floating_point() else a for a in args)
-            out = method(self, query.float(), key.float(), *args, **kwargs)
-        return out.to(out_dtype if out_dtype in LOW_PRECISION else torch.float32)
+            out = method(self, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
+        return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
 
     return wrapper
 

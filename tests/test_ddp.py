@@ -172,3 +172,29 @@ def test_ddp_eval_counts_every_row_once_and_throughput_counts_every_process(tmp_
     assert (ddp["test/samples"], ddp["test/tokens"]) == (63, test_tokens)
     assert ddp["test/tokens_per_sec"] / ddp["test/samples_per_sec"] == pytest.approx(test_tokens / 63)
     assert ddp["train/tokens_per_sec"] == pytest.approx(train_tokens / ddp["train/time_sec"])
+
+
+def test_eval_sampler_shards_without_repeats_and_the_probe_stays_the_first_rows():
+    """Process r of W gets rows r, r + W, ...: 10 rows on 3 processes are 4 + 3 + 3, none twice (a
+    DistributedSampler pads to 12). The diagnostics probe stays the split's first rows on every process."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader
+
+    from attnbench.callbacks import AttentionDiagnostics
+    from attnbench.data import PadCollator
+    from attnbench.distributed import eval_sampler
+
+    rows = [([i + 1] * (i % 3 + 1), i % 2) for i in range(10)]
+    shards = [list(eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 3, "rank": r})))
+              for r in range(3)]
+    assert shards == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs=None)) is None  # one process
+    assert eval_sampler(rows, None) is None
+
+    trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 1})
+    datamodule = SimpleNamespace(val_dataloader=lambda: DataLoader(rows, batch_size=4, collate_fn=PadCollator(0),
+                                                                   sampler=eval_sampler(rows, trainer)))
+    diagnostics = AttentionDiagnostics(probe_size=3)
+    diagnostics.on_fit_start(SimpleNamespace(datamodule=datamodule), None)
+    assert diagnostics._probe["input_ids"][:, 0].tolist() == [1, 2, 3]

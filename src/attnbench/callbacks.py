@@ -318,7 +318,12 @@ class AttentionDiagnostics(pl.Callback):
         if datamodule is None:
             self._probe = None
             return
-        batch = next(iter(datamodule.val_dataloader()))
+        loader = datamodule.val_dataloader()
+        if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
+            # under DDP the loader holds this process's shard; the probe is the split's first rows on every process
+            loader = torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size,
+                                                 collate_fn=loader.collate_fn)
+        batch = next(iter(loader))
         n = self.probe_size
         mask = batch["padding_mask"][:n]
         width = max(1, int((~mask).sum(-1).max()))  # drop all-padding columns

@@ -75,7 +75,8 @@ class OptimSettings:
 
         values = {**asdict(cls()), **optim}
         betas = values["betas"]
-        if not (isinstance(betas, list | tuple) and len(betas) == 2 and all(number(b) and 0.0 <= b < 1.0 for b in betas)):
+        valid_betas = isinstance(betas, list | tuple) and len(betas) == 2 and all(number(b) and 0 <= b < 1 for b in betas)
+        if not valid_betas:
             raise ConfigError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got {betas!r}")
         for key, low, high in (("warmup_ratio", 0.0, 1.0), ("min_lr_ratio", 0.0, 1.0)):
             value = values[key]

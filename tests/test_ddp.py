@@ -97,3 +97,104 @@ def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
     command = ddp_child_command(["seed=1", "optim.lr=0.001"], tmp_path / "run dir", 1)
     assert command[1:5] == ["-m", "attnbench.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
     assert f'hydra.run.dir="{tmp_path / "run dir"}"' in command and "hydra.output_subdir=null" in command
+
+
+# The issue's reproducer: 63 validation and 63 test rows on 2 processes (a DistributedSampler padded them to 64).
+EXACT_RUN = ["model=tiny", "data.batch_size=16", "data.max_train_samples=320", "data.max_eval_samples=63",
+             "data.eval_batch_size=16", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+             "callbacks.run_stats.warmup_steps=0", "~callbacks.attention_diagnostics", "logger=csv"]
+
+
+def _one_process_evaluation(module, loader) -> tuple[int, int, float]:
+    """(correct, rows, summed cross-entropy) of ``module`` over ``loader``, counted by hand in this process."""
+    import torch
+    import torch.nn.functional as F
+
+    correct = rows = 0
+    loss_sum = 0.0
+    module.eval()
+    with torch.no_grad():
+        for batch in loader:
+            logits = module(batch["input_ids"], batch["padding_mask"])
+            correct += int((logits.argmax(-1) == batch["labels"]).sum())
+            rows += int(batch["labels"].numel())
+            loss_sum += float(F.cross_entropy(logits.double(), batch["labels"], reduction="sum"))
+    return correct, rows, loss_sum
+
+
+def test_ddp_eval_counts_every_row_once_and_throughput_counts_every_process(tmp_path, data_dir, cache_dir,
+                                                                            monkeypatch):
+    """val/test metrics of `trainer=ddp_cpu` equal one process's evaluation of the same checkpoint, to the last
+    digit (before: val/acc 39/64 = 0.609375, test/acc 32/64 = 0.5, the padded row counted); samples and tokens
+    of training and test are those of every process (a hand count of the splits' non-padding tokens)."""
+    import pytorch_lightning as pl
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from attnbench.callbacks import num_tokens
+    from attnbench.module import TextClassifierModule
+
+    out = tmp_path / "ddp"
+    _train([*EXACT_RUN, "trainer=ddp_cpu", f"hydra.run.dir={out}"], train_env(data_dir, cache_dir))
+    ddp = json.loads((out / "metrics.json").read_text())
+    assert ddp["world_size"] == 2
+
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("ATTNBENCH_CACHE_DIR", str(cache_dir))
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[o for o in EXACT_RUN if not o.startswith("~")])
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    module = TextClassifierModule.load_from_checkpoint(ddp["best_checkpoint"], map_location="cpu")
+
+    one = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False)
+    one_val = one.validate(module, dataloaders=datamodule.val_dataloader(), verbose=False)[0]
+    one_test = one.test(module, dataloaders=datamodule.test_dataloader(), verbose=False)[0]
+    for split, one_metrics in (("val", one_val), ("test", one_test)):
+        correct, rows, loss_sum = _one_process_evaluation(module, getattr(datamodule, f"{split}_dataloader")())
+        assert rows == 63
+        print(f"{split}: DDP acc {ddp[f'{split}/acc']!r}, one process {one_metrics[f'{split}/acc']!r}, "
+              f"hand count {correct}/{rows}")
+        assert ddp[f"{split}/acc"] == one_metrics[f"{split}/acc"] == pytest.approx(correct / rows, abs=1e-7)
+        assert ddp[f"{split}/f1_macro"] == one_metrics[f"{split}/f1_macro"]
+        # per-batch means weighted by batch size: the same sum in another order (float32 rounding only)
+        assert ddp[f"{split}/loss"] == pytest.approx(one_metrics[f"{split}/loss"], rel=1e-6)
+        assert ddp[f"{split}/loss"] == pytest.approx(loss_sum / rows, rel=1e-5)
+    # the one validation of this 1-epoch run is the best checkpoint's
+    assert ddp["val/acc_best"] == ddp["val/acc"]
+
+    # throughput counts: every process's rows, each once (warmup_steps=0: every training step is measured)
+    train_tokens = sum(num_tokens(b) for b in datamodule.train_dataloader())
+    test_tokens = sum(num_tokens(b) for b in datamodule.test_dataloader())
+    assert (ddp["train/samples"], ddp["train/tokens"]) == (320, train_tokens)
+    assert (ddp["test/samples"], ddp["test/tokens"]) == (63, test_tokens)
+    assert ddp["test/tokens_per_sec"] / ddp["test/samples_per_sec"] == pytest.approx(test_tokens / 63)
+    assert ddp["train/tokens_per_sec"] == pytest.approx(train_tokens / ddp["train/time_sec"])
+
+
+def test_eval_sampler_shards_without_repeats_and_the_probe_stays_the_first_rows():
+    """Process r of W gets rows r, r + W, ...: 10 rows on 3 processes are 4 + 3 + 3, none twice (a
+    DistributedSampler pads to 12). The diagnostics probe stays the split's first rows on every process."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader
+
+    from attnbench.callbacks import AttentionDiagnostics
+    from attnbench.data import PadCollator
+    from attnbench.distributed import eval_sampler
+
+    rows = [([i + 1] * (i % 3 + 1), i % 2) for i in range(10)]
+    shards = [list(eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 3, "rank": r})))
+              for r in range(3)]
+    assert shards == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs=None)) is None  # one process
+    assert eval_sampler(rows, None) is None
+
+    trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 1})
+    datamodule = SimpleNamespace(val_dataloader=lambda: DataLoader(rows, batch_size=4, collate_fn=PadCollator(0),
+                                                                   sampler=eval_sampler(rows, trainer)))
+    diagnostics = AttentionDiagnostics(probe_size=3)
+    diagnostics.on_fit_start(SimpleNamespace(datamodule=datamodule), None)
+    assert diagnostics._probe["input_ids"][:, 0].tolist() == [1, 2, 3]

@@ -78,7 +78,7 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
                                 "cosine, dot, euclidean, general, l2, scaled_dot")),
     ("seed=abc", "seed must be an integer, got 'abc'"),
     ("logger.wandb.mode=onlin", "logger.wandb.mode must be auto, online, offline or disabled, got 'onlin'"),
-    ("optim.lr=0", "invalid config: optim.lr must be > 0, got 0"),
+    ("optim.lr=0", "optim.lr must be a number > 0, got 0"),
     # beyond the list: what a new user tried
     ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),
     ("trainer.max_steps=0", "trainer.max_steps must be an integer >= 1, or -1 for no limit, got 0 (0 would test an "),

@@ -89,12 +89,15 @@ class RunStats(pl.Callback):
     validation, checkpointing and the first fetch after each of them are not).
     Test rate: the same over the whole test loop (inference only). Under DDP
     both count the samples and tokens of every process, over the time of the
-    slowest: the whole job's throughput.
+    slowest: the whole job's throughput. (Evaluation loaders give each
+    process distinct rows, :func:`attnbench.distributed.eval_sampler`, so the
+    test counts are the split's own.)
 
     After a run, :attr:`summary` holds ``train/samples_per_sec``,
     ``train/tokens_per_sec``, ``train/steps_per_sec``, ``train/time_sec`` (the measured steps),
-    ``test/samples_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``
-    and ``model/params``.
+    ``train/samples`` and ``train/tokens`` (counted in the measured steps, all processes),
+    ``test/samples_per_sec``, ``test/tokens_per_sec``, ``test/samples``, ``test/tokens``,
+    ``perf/peak_mem_bytes`` and ``model/params``.
 
     Args:
         warmup_steps: training steps excluded from the rate (allocator warm-up,
@@ -161,6 +164,7 @@ class RunStats(pl.Callback):
     def on_fit_end(self, trainer, pl_module) -> None:
         samples, tokens, seconds = self._whole_job(trainer, self._train_samples, self._train_tokens, self._train_time)
         if seconds > 0:
+            self.summary["train/samples"], self.summary["train/tokens"] = samples, tokens  # the measured steps
             self.summary["train/samples_per_sec"] = samples / seconds
             self.summary["train/tokens_per_sec"] = tokens / seconds
             self.summary["train/steps_per_sec"] = self._train_steps / seconds  # every process takes every step
@@ -184,6 +188,7 @@ class RunStats(pl.Callback):
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         samples, tokens, elapsed = self._whole_job(trainer, self._test_samples, self._test_tokens,
                                                    self._now(pl_module) - self._test_t0)
+        self.summary["test/samples"], self.summary["test/tokens"] = samples, tokens
         if elapsed > 0 and samples:
             self.summary["test/samples_per_sec"] = samples / elapsed
             self.summary["test/tokens_per_sec"] = tokens / elapsed
@@ -313,7 +318,12 @@ class AttentionDiagnostics(pl.Callback):
         if datamodule is None:
             self._probe = None
             return
-        batch = next(iter(datamodule.val_dataloader()))
+        loader = datamodule.val_dataloader()
+        if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
+            # under DDP the loader holds this process's shard; the probe is the split's first rows on every process
+            loader = torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size,
+                                                 collate_fn=loader.collate_fn)
+        batch = next(iter(loader))
         n = self.probe_size
         mask = batch["padding_mask"][:n]
         width = max(1, int((~mask).sum(-1).max()))  # drop all-padding columns

@@ -42,6 +42,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from attnbench.distributed import eval_sampler
 from attnbench.errors import AttnbenchError
 
 log = logging.getLogger(__name__)
@@ -634,7 +635,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
         return DataLoader(
             self.splits[split],
             batch_size=self.batch_size if split == "train" else self.eval_batch_size,
-            sampler=EpochShuffleSampler(self.splits[split], seed) if shuffle else None,
+            # evaluation under DDP: every row exactly once (attnbench.distributed.eval_sampler)
+            sampler=EpochShuffleSampler(self.splits[split], seed) if shuffle else eval_sampler(self.splits[split],
+                                                                                                self.trainer),
             generator=torch.Generator().manual_seed(seed),
             collate_fn=PadCollator(self.pad_id),
             num_workers=self.num_workers,

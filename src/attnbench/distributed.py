@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 # What Lightning's DDP launcher writes into the launching process's environment.
 _LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
@@ -116,3 +117,31 @@ def ddp_job_scope() -> Iterator[None]:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+def eval_sampler(dataset: Any, trainer: Any) -> Any:
+    """The sampler of a validation/test loader: under DDP each process gets its own rows, none repeated.
+
+    Lightning otherwise gives evaluation loaders a ``DistributedSampler``, which
+    pads the split with repeated rows to a multiple of the number of
+    processes: 63 rows on 2 processes were evaluated as 64 (val/acc 39/64
+    instead of 39/63). ``UnrepeatedDistributedSampler`` (Lightning's, made for
+    prediction) gives process ``r`` the rows ``r, r + W, r + 2W, ...``; the
+    shards differ by at most one row, and the metrics (torchmetrics, summed
+    states) count every row exactly once. Lightning leaves a loader that
+    already has a ``DistributedSampler`` as it is.
+
+    Args:
+        dataset: the split (``len`` is used).
+        trainer: the attached Trainer, or ``None``.
+
+    Returns:
+        The sampler, or ``None`` (sequential order) in a single process.
+    """
+    kwargs = getattr(trainer, "distributed_sampler_kwargs", None) if trainer is not None else None
+    if not kwargs or int(kwargs.get("num_replicas", 1)) <= 1 or len(dataset) < int(kwargs["num_replicas"]):
+        return None  # one process (or fewer rows than processes: Lightning's padded sampler, which needs no row)
+    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(dataset, num_replicas=int(kwargs["num_replicas"]), rank=int(kwargs["rank"]),
+                                        shuffle=False)

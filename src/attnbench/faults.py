@@ -41,6 +41,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnbench.errors import AttnbenchError, ConfigError
+from attnbench.optim import OptimSettings, check_precision
 
 log = logging.getLogger("attnbench")
 
@@ -103,6 +104,7 @@ def check_run_config(cfg: DictConfig) -> None:
         raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
                           "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
     _check_optim(cfg.get("optim") or {})
+    check_precision(trainer.get("precision"))
     wandb_cfg = (cfg.get("logger") or {}).get("wandb")
     if wandb_cfg is not None:
         from attnbench.wandb_mode import resolve_wandb_mode
@@ -117,18 +119,9 @@ def check_run_config(cfg: DictConfig) -> None:
 
 
 def _check_optim(optim: Any) -> None:
-    """``optim.*`` values that AdamW or the schedule would reject only once training starts."""
-    betas = optim.get("betas", (0.9, 0.999))
-    if not (len(betas) == 2 and all(isinstance(b, int | float) and 0.0 <= b < 1.0 for b in betas)):
-        raise ConfigError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got {list(betas)!r}")
-    for key, low, high in (("warmup_ratio", 0.0, 1.0), ("min_lr_ratio", 0.0, 1.0)):
-        value = optim.get(key, 0.0)
-        if not (isinstance(value, int | float) and low <= value <= high):
-            raise ConfigError(f"optim.{key} must be a number in [{low:g}, {high:g}], got {value!r}")
-    for key, strictly in (("weight_decay", False), ("eps", True)):
-        value = optim.get(key, 1.0)
-        if not (isinstance(value, int | float) and (value > 0 if strictly else value >= 0)):
-            raise ConfigError(f"optim.{key} must be a number {'>' if strictly else '>='} 0, got {value!r}")
+    """``optim.*`` values that AdamW or the schedule would reject only once training starts
+    (:meth:`attnbench.optim.OptimSettings.from_config`, the one definition of their defaults and ranges)."""
+    OptimSettings.from_config(optim)
 
 
 def check_output_dir(output_dir: Path, resuming: bool = False) -> None:

@@ -9,11 +9,12 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnbench.model import TransformerClassifier
+from attnbench.optim import OptimSettings, build_adamw
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +51,13 @@ class TextClassifierModule(pl.LightningModule):
         model: keyword arguments of ``TransformerClassifier`` (``conf/model``).
         attention: ``{name: <score function>, **options}`` (``conf/attention``).
         optim: ``lr``, ``weight_decay``, ``betas``, ``eps``, ``warmup_ratio``
-            (fraction of all optimizer steps), ``schedule``, ``min_lr_ratio``.
+            (fraction of all optimizer steps), ``schedule``, ``min_lr_ratio``;
+            missing keys take the defaults of :class:`attnbench.optim.OptimSettings`.
 
     Logs ``train/loss`` (per step), ``train/acc``, ``val/loss``, ``val/acc``,
     ``val/acc_best``, ``test/loss``, ``test/acc``, ``test/f1_macro`` (per epoch).
-    AdamW (Loshchilov & Hutter 2019) with no weight decay on biases, norms and
-    embeddings.
+    AdamW (Loshchilov & Hutter 2019); weight decay on every parameter with two
+    or more dimensions, none on the others (:mod:`attnbench.optim`).
     """
 
     def __init__(
@@ -81,7 +83,7 @@ class TextClassifierModule(pl.LightningModule):
             pad_id=pad_id,
             **model,
         )
-        self.optim = dict(optim)
+        self.optim_settings = OptimSettings.from_config(optim)  # raises ConfigError naming optim.<key>
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),
@@ -115,6 +117,14 @@ class TextClassifierModule(pl.LightningModule):
         return loss
 
     def on_train_start(self) -> None:
+        # Lightning logs per-step series (train/loss, the learning rate, throughput) every log_every_n_steps
+        # optimizer steps: a run with fewer steps would log none. Log at its last step instead.
+        total = self.trainer.estimated_stepping_batches
+        every = self.trainer.log_every_n_steps
+        if every and math.isfinite(total) and 0 < int(total) < every:
+            log.info("The run has %d optimizer steps, fewer than trainer.log_every_n_steps=%d: per-step metrics "
+                     "are logged every %d steps.", int(total), every, int(total))
+            self.trainer.log_every_n_steps = int(total)
         self.val_acc_best.reset()  # drop the sanity-check validation
         if self._resumed_acc_best is not None:  # a resumed run keeps the best of the epochs before it
             self.val_acc_best.update(torch.tensor(self._resumed_acc_best, device=self.device))
@@ -164,25 +174,11 @@ class TextClassifierModule(pl.LightningModule):
         self.test_loss.reset()
 
     def configure_optimizers(self) -> dict[str, Any]:
-        decay, no_decay = [], []
-        for module_name, module in self.model.named_modules():
-            for name, param in module.named_parameters(recurse=False):
-                if not param.requires_grad:
-                    continue
-                plain_weight = name == "weight" and isinstance(module, nn.Linear)
-                (decay if plain_weight else no_decay).append(param)
-        opt = self.optim
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": float(opt.get("weight_decay", 0.01))},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=float(opt["lr"]),
-            betas=tuple(opt.get("betas", (0.9, 0.999))),
-            eps=float(opt.get("eps", 1e-8)),
-        )
+        """AdamW with the weight-decay rule of :mod:`attnbench.optim`, and the warm-up/decay schedule per step."""
+        settings = self.optim_settings
+        optimizer = build_adamw(self.model, settings)
         total = int(self.trainer.estimated_stepping_batches)
-        warmup = max(1, int(float(opt.get("warmup_ratio", 0.1)) * total))
-        fn = warmup_decay_lambda(warmup, total, opt.get("schedule", "cosine"), float(opt.get("min_lr_ratio", 0.0)))
+        warmup = max(1, int(settings.warmup_ratio * total))
+        fn = warmup_decay_lambda(warmup, total, settings.schedule, settings.min_lr_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

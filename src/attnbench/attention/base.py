@@ -15,16 +15,61 @@ Mask convention (the ``nn.MultiheadAttention`` ``key_padding_mask`` one):
 boolean ``attn_mask`` means the opposite (True = attend); :func:`sdpa_attend`
 is the one place that converts. A query whose keys are all padding yields a
 zero output row, never NaN.
+
+Low precision: a score function whose logits pass through a 16-bit
+intermediate that carries their magnitude (‖k‖² of ``euclidean``, qW of
+``general``, the distances of ``l2``) computes in float32 when its inputs are
+float16/bfloat16 or autocast is on (:func:`float32_when_low_precision`): a
+float16 ‖k‖² overflows above 65504, and a bfloat16 logit of magnitude 256 has
+a resolution of 2, far coarser than the softmax needs. Score functions whose
+logits come out of SDPA's own float32 accumulation (``dot``, ``scaled_dot``,
+``cosine``) or are bounded (``additive``: |vᵀtanh(·)| ≤ ‖v‖₁) keep their 16-bit
+fast paths. ``tests/test_attention.py`` checks every score function, forward
+and backward, in float16 and bfloat16 (true and autocast) against float64.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
+
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def float32_when_low_precision(method: Callable) -> Callable:
+    """Decorate a score function's ``scores`` or ``attend``: 16-bit work is done in float32.
+
+    When any tensor argument is float16/bfloat16, or autocast is enabled on its
+    device, the method runs on float32 copies of the tensors with autocast
+    disabled (so autocast cannot cast its matmuls back to 16 bits). ``attend``
+    returns the output in ``value``'s dtype; ``scores`` returns float32 logits
+    (they stay in a precision that keeps the softmax's resolution). Parameters
+    read inside the method must be cast with ``.to(query.dtype)`` (a no-op in
+    float32). Float32 and float64 calls go straight through.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
+        value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
+        value = value if isinstance(value, Tensor) else None
+        low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
+            value is not None and value.dtype in LOW_PRECISION)
+        if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
+            return method(self, query, key, *args, **kwargs)
+        def up(a):
+            return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
+
+        with torch.autocast(query.device.type, enabled=False):
+            out = method(self, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
+        return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
+
+    return wrapper
 
 
 class ScoreFunction(nn.Module):
@@ -82,10 +127,10 @@ class ScoreFunction(nn.Module):
         Returns:
             B×H×Lq×d_v; rows whose keys are all padding are zero.
         """
-        weights = masked_softmax(self.scores(query, key), key_padding_mask)
+        weights = masked_softmax(self.scores(query, key), key_padding_mask)  # float32 for 16-bit inputs
         if dropout_p > 0.0:
             weights = F.dropout(weights, p=dropout_p, training=True)
-        return weights @ value
+        return (weights @ value.to(weights.dtype)).to(value.dtype)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, head_dim={self.head_dim}"

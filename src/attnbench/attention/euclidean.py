@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
 from attnbench.attention.registry import register
 
 
@@ -36,16 +36,20 @@ class EuclideanScore(ScoreFunction):
       n = 1024.
 
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
+    float16/bfloat16 inputs are computed in float32 (a float16 ‖k‖² overflows
+    above 65504; the bias −‖k‖²/√d needs more than 16 bits of resolution).
     """
 
     bias_mask_max_pairs: int = 256 * 256  # above this Lq·Lk, gradients use the extra-dimension form
 
+    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         dots = query @ key.transpose(-2, -1)
         q_sq = query.square().sum(-1, keepdim=True)  # B×H×Lq×1
         k_sq = key.square().sum(-1).unsqueeze(-2)  # B×H×1×Lk
         return (2.0 * dots - q_sq - k_sq) * (1.0 / math.sqrt(self.head_dim))
 
+    @float32_when_low_precision
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         inv_sqrt_d = 1.0 / math.sqrt(self.head_dim)
         k_sq = key.square().sum(-1)  # B×H×Lk

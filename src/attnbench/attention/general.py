@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
 from attnbench.attention.registry import register
 
 
@@ -21,15 +21,19 @@ class GeneralScore(ScoreFunction):
 
     Parameters: ``weight`` H×d×d.
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
-    Fast path: SDPA on (q W) and k with ``scale=1``.
+    Fast path: SDPA on (q W) and k with ``scale=1``. float16/bfloat16 inputs
+    are computed in float32 (qW rounded to 16 bits carries the logit's whole
+    magnitude into the rounding).
     """
 
     def __init__(self, n_heads: int, head_dim: int) -> None:
         super().__init__(n_heads, head_dim)
         self.weight = nn.Parameter(torch.eye(head_dim).repeat(n_heads, 1, 1))
 
+    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
-        return (query @ self.weight) @ key.transpose(-2, -1)
+        return (query @ self.weight.to(query.dtype)) @ key.transpose(-2, -1)
 
+    @float32_when_low_precision
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
-        return sdpa_attend(query @ self.weight, key, value, key_padding_mask, dropout_p, scale=1.0)
+        return sdpa_attend(query @ self.weight.to(query.dtype), key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, blocked_attend, query_block_size, validated_chunking
+from attnbench.attention.base import (
+    ScoreFunction,
+    blocked_attend,
+    float32_when_low_precision,
+    query_block_size,
+    validated_chunking,
+)
 from attnbench.attention.registry import register
 
 
@@ -29,9 +35,11 @@ class L2Score(ScoreFunction):
         chunk_size: queries per block; ``None`` picks the most that fit ``chunk_bytes``.
         chunk_bytes: memory budget of one block's scores (bytes); default 64 MiB.
 
-    Half-precision inputs are computed in float32 (CPU ``cdist`` has no
-    bfloat16 kernel for short sequences, and the GEMM expansion loses the
-    small distances to cancellation in 8-bit mantissas).
+    Half-precision inputs (or autocast) are computed in float32, softmax
+    included, and ``scores`` returns float32 logits (CPU ``cdist`` has no
+    bfloat16 kernel for short sequences, the GEMM expansion loses the small
+    distances to cancellation in 8-bit mantissas, and a bfloat16 distance of
+    magnitude 32 has a resolution of 0.25).
     """
 
     def __init__(self, n_heads: int, head_dim: int, chunk_size: int | None = None,
@@ -39,11 +47,11 @@ class L2Score(ScoreFunction):
         super().__init__(n_heads, head_dim)
         self.chunk_size, self.chunk_bytes = validated_chunking("l2", chunk_size, chunk_bytes)
 
+    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
-        if query.dtype in (torch.float16, torch.bfloat16):
-            return -torch.cdist(query.float(), key.float(), p=2.0).to(query.dtype)
         return -torch.cdist(query, key, p=2.0)
 
+    @float32_when_low_precision
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         per_query = query.shape[0] * self.n_heads * key.shape[-2] * query.element_size()  # one row of scores
         block = query_block_size(self.chunk_size, self.chunk_bytes, query.shape[-2], per_query)

@@ -278,6 +278,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     }
     if ckpt_path:
         info["resumed_from"] = ckpt_path
+    if resume_state.replay is not None:  # which batches a resume replayed (exact: false after a mid-epoch one)
+        info["resume"] = resume_state.replay
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
     if wandb_logger is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -50,7 +51,8 @@ COMPARED = ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "v
 def _train(args: list[str], env: dict[str, str], expect: int = 0) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "train.py", *args], check=False, cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
-    assert proc.returncode == expect, f"train.py exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == expect, \
+        f"train.py exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
 
 
@@ -61,6 +63,13 @@ def _metrics(run_dir: Path) -> dict:
 def _epoch0_file(run_dir: Path) -> Path:
     (path,) = (run_dir / "checkpoints").glob("epoch00-*.ckpt")
     return path
+
+
+def _history(run_dir: Path, from_step: int) -> list[tuple[int, str, str]]:
+    """(step, key, value) of every logged train/loss and val/loss from ``from_step`` on (csv/metrics.csv)."""
+    rows = csv.DictReader((run_dir / "csv" / "metrics.csv").open())
+    return sorted((int(r["step"]), k, r[k]) for r in rows for k in ("train/loss", "val/loss")
+                  if r.get(k) and int(r["step"]) >= from_step)
 
 
 def _weights(path: Path) -> dict:
@@ -78,7 +87,8 @@ def reference(tmp_path_factory, data_dir, cache_dir):
         [sys.executable, "train.py", *RUN, *rule, f"hydra.run.dir={root / ('reference-' + stop)}",
          "+callbacks.record._target_=tests.resume_helpers.RecordBatches",
          f"+callbacks.record.path={root / ('reference-' + stop + '.batches.jsonl')}"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for stop, rule in STOPS.items()}
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for stop, rule in STOPS.items()}
     for stop, proc in procs.items():
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"reference {stop} failed:\n{err[-5000:]}"
@@ -123,7 +133,8 @@ def stopped_runs(reference):
 def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, stopped_runs, form, stop):
     """Issue 10 §4: every documented resume form, under either stopping rule, ends with exactly the metrics,
     the best checkpoint and the final weights of the uninterrupted run (before: a resume into a new dir
-    forgot the best checkpoint so far and tested a worse later one, test/acc 0.625 instead of 0.515625)."""
+    forgot the best checkpoint so far and tested a worse later one, test/acc 0.625 instead of 0.515625; a
+    max_steps run resumed at an epoch end trained epoch 1 on epoch 2's batch order and logged one step late)."""
     root, env, refs = reference
     ref_dir = refs[stop]
     where, which = FORMS[form]
@@ -145,9 +156,13 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, stopped
     # the best checkpoint tested is the uninterrupted run's, and lies in this run's own dir
     best = Path(resumed["best_checkpoint"])
     assert best.parent == run_dir / "checkpoints" and best.name == Path(uninterrupted["best_checkpoint"]).name
-    ref_weights, weights = _weights(ref_dir / "checkpoints" / "last.ckpt"), _weights(run_dir / "checkpoints" / "last.ckpt")
+    ref_weights = _weights(ref_dir / "checkpoints" / "last.ckpt")
+    weights = _weights(run_dir / "checkpoints" / "last.ckpt")
     assert weights.keys() == ref_weights.keys()
     assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), "final weights differ"
+    # the logged history goes on at the uninterrupted run's steps with its values
+    assert _history(run_dir, BATCHES) == _history(ref_dir, BATCHES) != []
+    assert resumed["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
     if where != "same":  # the run resumed from is only read
         assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
 

@@ -193,6 +193,30 @@ def _score(value: Any) -> str:
         return str(value)
 
 
+def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
+    """Make the training samplers' ``set_epoch`` use ``trainer.current_epoch`` for the rest of a resumed fit.
+
+    Lightning calls ``set_epoch(epoch_progress.current.processed)`` at each epoch start. After resuming a
+    ``trainer.max_steps`` run from an epoch-end checkpoint, Lightning re-runs the end of the checkpoint's epoch
+    and that counter runs one ahead of ``current_epoch``: epoch 1 got epoch 2's order (measured: every batch
+    of epochs 1 and 2 differed from the uninterrupted run). The sampler's order must be that of the epoch being
+    trained, as in the uninterrupted run.
+    """
+    loader = getattr(trainer.fit_loop, "_combined_loader", None)
+    for dataloader in (loader.flattened if loader is not None else []):
+        for sampler in (getattr(dataloader, "sampler", None),
+                        getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if set_epoch is None or getattr(set_epoch, "follows_current_epoch", False):
+                continue
+
+            def follow(_epoch: int, _set_epoch=set_epoch) -> None:
+                _set_epoch(trainer.current_epoch)
+
+            follow.follows_current_epoch = True  # type: ignore[attr-defined]
+            sampler.set_epoch = follow
+
+
 class ResumeState(pl.Callback):
     """Checkpoints the RNG states and the W&B run id; on resume restores the RNGs and logs what is replayed.
 
@@ -213,6 +237,7 @@ class ResumeState(pl.Callback):
         #: what the resume replayed (``metrics.json`` ``resume``): epoch, batches_done, batches_per_epoch, exact,
         #: and for a mid-epoch resume replayed_batches / unseen_batches as [first, last] batch of the epoch
         self.replay: dict[str, Any] | None = None
+        self._align_log_step = False
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {"rng_states": collect_rng_states(), "wandb_run": self.wandb_run}
@@ -231,6 +256,7 @@ class ResumeState(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._resumed_from_step is None:
             return
+        _samplers_follow_current_epoch(trainer)
         exact = self._rng_states is not None
         if self._rng_states is not None:
             set_rng_states(self._rng_states)
@@ -259,4 +285,16 @@ class ResumeState(pl.Callback):
         else:
             log.info("Resumed at the start of epoch %d (step %d): the run continues exactly as it would have.",
                      epoch, self._resumed_from_step)
+            self._align_log_step = True
         self._resumed_from_step = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After an epoch-end resume of a ``trainer.max_steps`` run, Lightning (2.6) counts one stepped batch too
+        many and logs every later point one step late (val/loss of step 25 at step 26): log at the steps of the
+        uninterrupted run (one optimizer: one stepped batch per optimizer step)."""
+        if not self._align_log_step:
+            return
+        self._align_log_step = False
+        loop = trainer.fit_loop.epoch_loop
+        if len(trainer.optimizers) == 1 and getattr(loop, "_batches_that_stepped", None) == trainer.global_step + 1:
+            loop._batches_that_stepped = trainer.global_step

@@ -14,7 +14,9 @@ A run resumed into another output dir than the one its checkpoint was written in
 best checkpoint so far: :func:`carry_checkpoint_states` copies it into the new
 ``checkpoints/`` and points ``ModelCheckpoint``'s state there (Lightning alone
 drops the best score when the dir changes, so a worse later epoch became "best"
-and was tested).
+and was tested). A ``trainer.max_steps`` run resumed at an epoch end gets the
+batch order and the logging steps of the uninterrupted run
+(:func:`_samplers_follow_current_epoch`, :meth:`ResumeState.on_train_epoch_start`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,33 +76,41 @@ def _weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
+KILL_AFTER_EPOCH0 = ["+callbacks.kill._target_=tests.resume_helpers.KillAtEpochStart", "+callbacks.kill.epoch=1"]
+CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
+
+
+def _record(path: Path) -> list[str]:
+    return ["+callbacks.record._target_=tests.resume_helpers.RecordBatches", f"+callbacks.record.path={path}"]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_dir, cache_dir):
-    """One uninterrupted deterministic run per stopping rule (built in parallel), recording its batches."""
+    """Built once, in parallel: one uninterrupted deterministic run per stopping rule (recording its batches),
+    and the stopped runs the resume tests continue: per rule, one SIGKILLed when epoch 1 starts for each
+    same-dir form and one whose files the new-dir forms only read; and one stopped by Ctrl-C at step 18."""
     root = tmp_path_factory.mktemp("resume")
-    env = train_env(data_dir, cache_dir)
+    # one thread per process: parallel runs do not compete for cores, and every run sums in the same order
+    env = {**train_env(data_dir, cache_dir), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={root / 'warm-cache'}", "data.max_train_samples=16",
             "trainer.max_epochs=1"], env)  # tokenize once before the parallel runs share the cache
-    procs = {stop: subprocess.Popen(
-        [sys.executable, "train.py", *RUN, *rule, f"hydra.run.dir={root / ('reference-' + stop)}",
-         "+callbacks.record._target_=tests.resume_helpers.RecordBatches",
-         f"+callbacks.record.path={root / ('reference-' + stop + '.batches.jsonl')}"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for stop, rule in STOPS.items()}
-    for stop, proc in procs.items():
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"reference {stop} failed:\n{err[-5000:]}"
+    stopped = ("stopped", *(form for form, (where, _) in FORMS.items() if where == "same"))
+    jobs: list[tuple[list[str], int]] = []
+    for stop, rule in STOPS.items():
+        jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}'}",
+                      *_record(root / f"reference-{stop}.batches.jsonl")], 0))
+        jobs += [([*rule, f"hydra.run.dir={root / f'{name}-{stop}'}", *KILL_AFTER_EPOCH0], -signal.SIGKILL)
+                 for name in stopped]
+    jobs.append(([*STOPS["max_epochs"], f"hydra.run.dir={root / 'mid-epoch'}", *CTRL_C_AT_STEP_18,
+                  *_record(root / "mid-epoch.first.jsonl")], 128 + signal.SIGINT))
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        list(pool.map(lambda job: _train([*RUN, *job[0]], env, expect=job[1]), jobs))
+    for stop in STOPS:  # each stopped run holds epoch 0's checkpoints and nothing after them
+        for name in stopped:
+            run_dir = root / f"{name}-{stop}"
+            assert not (run_dir / "metrics.json").exists()
+            assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == BATCHES
     return root, env, {stop: root / f"reference-{stop}" for stop in STOPS}
-
-
-def _killed_after_epoch0(run_dir: Path, stop: str, env: dict[str, str]) -> Path:
-    """A run SIGKILLed when its second epoch starts: epoch 0's checkpoints are on disk, nothing after them."""
-    proc = _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}",
-                   "+callbacks.kill._target_=tests.resume_helpers.KillAtEpochStart", "+callbacks.kill.epoch=1"],
-                  env, expect=-signal.SIGKILL)
-    assert not (run_dir / "metrics.json").exists(), proc.stderr[-2000:]
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == BATCHES
-    return run_dir
 
 
 def test_same_seed_same_metrics(reference):
@@ -114,23 +122,9 @@ def test_same_seed_same_metrics(reference):
     assert {k: second[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
 
 
-@pytest.fixture(scope="module")
-def stopped_runs(reference):
-    """Per stopping rule, one run stopped after epoch 0 whose files the new-dir forms only read (built once)."""
-    root, env, _ = reference
-    runs: dict[str, Path] = {}
-
-    def get(stop: str) -> Path:
-        if stop not in runs:
-            runs[stop] = _killed_after_epoch0(root / f"stopped-{stop}", stop, env)
-        return runs[stop]
-
-    return get
-
-
 @pytest.mark.parametrize("stop", list(STOPS))
 @pytest.mark.parametrize("form", list(FORMS))
-def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, stopped_runs, form, stop):
+def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, stop):
     """Issue 10 §4: every documented resume form, under either stopping rule, ends with exactly the metrics,
     the best checkpoint and the final weights of the uninterrupted run (before: a resume into a new dir
     forgot the best checkpoint so far and tested a worse later one, test/acc 0.625 instead of 0.515625; a
@@ -138,10 +132,10 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, stopped
     root, env, refs = reference
     ref_dir = refs[stop]
     where, which = FORMS[form]
-    if where == "same":
-        source_dir = run_dir = _killed_after_epoch0(root / f"{form}-{stop}", stop, env)
+    if where == "same":  # SIGKILLed after epoch 0 (fixture), resumed in its own dir
+        source_dir = run_dir = root / f"{form}-{stop}"
     else:
-        source_dir = ref_dir if where == "finished" else stopped_runs(stop)
+        source_dir = ref_dir if where == "finished" else root / f"stopped-{stop}"
         run_dir = root / f"{form}-{stop}-resumed"
     before = {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()}
     ckpt = {"last": "last", "epoch": str(_epoch0_file(source_dir)),
@@ -172,15 +166,10 @@ def test_mid_epoch_resume_replays_what_the_log_says(reference):
     and metrics.json say batches 0-4 are replayed and 8-12 not seen, and the recorded batches show exactly that;
     from epoch 2 on, the batches are the uninterrupted run's again."""
     root, env, refs = reference
-    run_dir = root / "mid-epoch"
+    run_dir = root / "mid-epoch"  # stopped by Ctrl-C at step 18 (fixture)
     first, second = root / "mid-epoch.first.jsonl", root / "mid-epoch.second.jsonl"
-    record = ["+callbacks.record._target_=tests.resume_helpers.RecordBatches"]
-    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", *record, f"+callbacks.record.path={first}",
-            "+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"],
-           env, expect=128 + signal.SIGINT)
     assert torch.load(run_dir / "checkpoints" / "interrupted.ckpt", weights_only=False)["global_step"] == 18
-    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *record,
-            f"+callbacks.record.path={second}"], env)
+    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
 
     log = (run_dir / "train.log").read_text()
     assert ("Resumed mid-epoch at step 18: epoch 1 had run 5 of its 13 batches" in log

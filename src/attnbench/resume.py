@@ -269,6 +269,8 @@ class ResumeState(pl.Callback):
         # batches of this epoch done before the checkpoint (a step checkpoint is written before Lightning
         # counts its batch as completed, so count optimizer steps instead)
         done = (self._resumed_from_step - epoch * math.ceil(batches / accumulate)) * accumulate
+        if done >= batches:  # a max_steps run resumed at an epoch end: Lightning first closes that epoch again
+            epoch, done = epoch + 1, 0
         self.replay = {"epoch": epoch, "batches_done": max(done, 0), "batches_per_epoch": batches, "exact": exact}
         if 0 < done < batches:
             replayed = min(done, batches - done)

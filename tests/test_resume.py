@@ -65,6 +65,11 @@ def _epoch0_file(run_dir: Path) -> Path:
     return path
 
 
+def _metrics_of_epoch0(run_dir: Path) -> float:
+    """val/acc of epoch 0, from the name of its checkpoint (``epoch00-step13-val_acc0.6250.ckpt``)."""
+    return float(_epoch0_file(run_dir).stem.rsplit("val_acc", 1)[1])
+
+
 def _history(run_dir: Path, from_step: int) -> list[tuple[int, str, str]]:
     """(step, key, value) of every logged train/loss and val/loss from ``from_step`` on (csv/metrics.csv)."""
     rows = csv.DictReader((run_dir / "csv" / "metrics.csv").open())
@@ -157,7 +162,10 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, s
     # the logged history goes on at the uninterrupted run's steps with its values
     assert _history(run_dir, BATCHES) == _history(ref_dir, BATCHES) != []
     assert resumed["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
-    if where != "same":  # the run resumed from is only read
+    if where != "same":  # the best checkpoint so far came along; the run resumed from is only read
+        assert (f"best checkpoint so far (val/acc={_metrics_of_epoch0(source_dir):.4f}) carried from "
+                f"{_epoch0_file(source_dir)} to {run_dir / 'checkpoints' / _epoch0_file(source_dir).name}"
+                in " ".join((run_dir / "train.log").read_text().split()))
         assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
 
 

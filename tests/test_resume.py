@@ -148,6 +148,8 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, s
     _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}"], env)
 
     resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
+    expected = source_dir / "checkpoints" / "last.ckpt" if ckpt == "last" else Path(ckpt)
+    assert Path(resumed["resumed_from"]).resolve() == expected.resolve()
     print(f"{form} {stop}: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}"
                                           for k in ("test/acc", "val/acc_best", "val/acc")))
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}

@@ -261,8 +261,8 @@ def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
     jobs = sorted((tmp_path / "sweep_2").glob("*_scaled_dot-toy-s0"))
     assert [j.name[0] for j in jobs] == ["0", "1", "2"]
     assert [(j / "metrics.json").is_file() for j in jobs] == [True, False, True]
-    assert (f"1 of 3 jobs failed (each wrote failure.json or stopped before training):\n  {jobs[1]}: invalid "
-            "config: d_model=64 is not divisible by n_heads=3") in proc.stderr
+    assert ("1 of 3 jobs failed (each wrote error.json, and failure.json if it failed during training):\n"
+            f"  {jobs[1]}: invalid config: d_model=64 is not divisible by n_heads=3") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

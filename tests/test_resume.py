@@ -2,41 +2,57 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 from .conftest import REPO_ROOT, train_env
 
+# The run of issue 10 §4 (13 batches an epoch): epoch 0 is its best epoch, so a resume that forgets the best
+# checkpoint tests a later, worse one.
 RUN = [
     "model=tiny",
-    "data.max_train_samples=960",
-    "data.max_eval_samples=128",
+    "data.max_train_samples=200",
+    "data.max_eval_samples=64",
     "data.batch_size=16",
     "data.max_length=32",
-    "trainer.max_epochs=3",
     "trainer.deterministic=true",
     "trainer.enable_progress_bar=false",
-    "trainer.log_every_n_steps=10",
-    "callbacks.run_stats.warmup_steps=5",
+    "trainer.log_every_n_steps=5",
+    "callbacks.run_stats.warmup_steps=2",
     "~callbacks.attention_diagnostics",
     "logger=csv",
 ]
+BATCHES = 13  # ceil(200 / 16) training batches an epoch
+# The two stopping rules; 33 steps ends inside the third epoch.
+STOPS = {"max_epochs": ["trainer.max_epochs=3"], "max_steps": ["trainer.max_epochs=-1", "trainer.max_steps=33"]}
+# Every documented resume form (README "Resume").
+FORMS = {
+    "same_dir-last": ("same", "last"),                      # hydra.run.dir=<run> ckpt_path=last
+    "same_dir-epoch_file": ("same", "epoch"),               # the printed/explicit epoch-end checkpoint path
+    "new_dir-epoch_file": ("new", "epoch"),                 # another dir, an epoch-end checkpoint of the stopped run
+    "new_dir-last_file": ("new", "last.ckpt"),              # another dir, the stopped run's last.ckpt
+    "new_dir-finished_run_epoch_file": ("finished", "epoch"),  # issue 10 §4: a finished run's epoch00 checkpoint
+}
 # The training outcome: everything but timings, throughput and memory.
 COMPARED = ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "val/f1_macro",
             "test/acc", "test/f1_macro", "test/loss")
 
 
-def _train(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def _train(args: list[str], env: dict[str, str], expect: int = 0) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "train.py", *args], check=False, cwd=REPO_ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
-    assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == expect, \
+        f"train.py exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc
 
 
@@ -44,56 +60,189 @@ def _metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+def _epoch0_file(run_dir: Path) -> Path:
+    (path,) = (run_dir / "checkpoints").glob("epoch00-*.ckpt")
+    return path
+
+
+def _metrics_of_epoch0(run_dir: Path) -> float:
+    """val/acc of epoch 0, from the name of its checkpoint (``epoch00-step13-val_acc0.6250.ckpt``)."""
+    return float(_epoch0_file(run_dir).stem.rsplit("val_acc", 1)[1])
+
+
+def _history(run_dir: Path, from_step: int) -> list[tuple[int, str, str]]:
+    """(step, key, value) of every logged train/loss and val/loss from ``from_step`` on (csv/metrics.csv)."""
+    rows = csv.DictReader((run_dir / "csv" / "metrics.csv").open())
+    return sorted((int(r["step"]), k, r[k]) for r in rows for k in ("train/loss", "val/loss")
+                  if r.get(k) and int(r["step"]) >= from_step)
+
+
+def _weights(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+KILL_AFTER_EPOCH0 = ["+callbacks.kill._target_=tests.resume_helpers.KillAtEpochStart", "+callbacks.kill.epoch=1"]
+CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
+
+
+def _record(path: Path) -> list[str]:
+    return ["+callbacks.record._target_=tests.resume_helpers.RecordBatches", f"+callbacks.record.path={path}"]
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_dir, cache_dir):
-    """An uninterrupted deterministic run."""
+    """Built once, in parallel: one uninterrupted deterministic run per stopping rule (recording its batches),
+    and the stopped runs the resume tests continue: per rule, one SIGKILLed when epoch 1 starts for each
+    same-dir form and one whose files the new-dir forms only read; and one stopped by Ctrl-C at step 18."""
     root = tmp_path_factory.mktemp("resume")
-    env = train_env(data_dir, cache_dir)
-    _train([*RUN, f"hydra.run.dir={root / 'reference'}"], env)
-    return root, env, _metrics(root / "reference")
+    # one thread per process: parallel runs do not compete for cores, and every run sums in the same order
+    env = {**train_env(data_dir, cache_dir), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={root / 'warm-cache'}", "data.max_train_samples=16",
+            "trainer.max_epochs=1"], env)  # tokenize once before the parallel runs share the cache
+    stopped = ("stopped", *(form for form, (where, _) in FORMS.items() if where == "same"))
+    jobs: list[tuple[list[str], int]] = []
+    for stop, rule in STOPS.items():
+        jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}'}",
+                      *_record(root / f"reference-{stop}.batches.jsonl")], 0))
+        jobs += [([*rule, f"hydra.run.dir={root / f'{name}-{stop}'}", *KILL_AFTER_EPOCH0], -signal.SIGKILL)
+                 for name in stopped]
+    jobs.append(([*STOPS["max_epochs"], f"hydra.run.dir={root / 'mid-epoch'}", *CTRL_C_AT_STEP_18,
+                  *_record(root / "mid-epoch.first.jsonl")], 128 + signal.SIGINT))
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        list(pool.map(lambda job: _train([*RUN, *job[0]], env, expect=job[1]), jobs))
+    for stop in STOPS:  # each stopped run holds epoch 0's checkpoints and nothing after them
+        for name in stopped:
+            run_dir = root / f"{name}-{stop}"
+            assert not (run_dir / "metrics.json").exists()
+            assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == BATCHES
+    return root, env, {stop: root / f"reference-{stop}" for stop in STOPS}
 
 
 def test_same_seed_same_metrics(reference):
     """trainer.deterministic=true on CPU: a second run of the same seed gives identical metrics."""
-    root, env, first = reference
-    _train([*RUN, f"hydra.run.dir={root / 'again'}"], env)
-    second = _metrics(root / "again")
+    root, env, refs = reference
+    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={root / 'again'}"], env)
+    first, second = _metrics(refs["max_epochs"]), _metrics(root / "again")
     print("same seed twice: " + ", ".join(f"{k} {second[k]:.6f}/{first[k]:.6f}" for k in ("test/acc", "val/loss")))
     assert {k: second[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(reference):
-    """SIGKILL after the first epoch-end checkpoint; `ckpt_path=last` into the same dir ends exactly where the
-    uninterrupted run ends."""
-    root, env, uninterrupted = reference
-    run_dir = root / "killed"
-    last = run_dir / "checkpoints" / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, "train.py", *RUN, f"hydra.run.dir={run_dir}"], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not last.exists():  # written atomically (fsspec transaction): complete once it exists
-            assert proc.poll() is None, f"the run ended before its first checkpoint:\n{proc.stderr.read()[-3000:]}"
-            assert time.monotonic() < deadline, "no checkpoint after 300 s"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL
-    assert not (run_dir / "metrics.json").exists(), "the run finished before it was killed"
+@pytest.mark.parametrize("stop", list(STOPS))
+@pytest.mark.parametrize("form", list(FORMS))
+def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, stop):
+    """Issue 10 §4: every documented resume form, under either stopping rule, ends with exactly the metrics,
+    the best checkpoint and the final weights of the uninterrupted run (before: a resume into a new dir
+    forgot the best checkpoint so far and tested a worse later one, test/acc 0.625 instead of 0.515625; a
+    max_steps run resumed at an epoch end trained epoch 1 on epoch 2's batch order and logged one step late)."""
+    root, env, refs = reference
+    ref_dir = refs[stop]
+    where, which = FORMS[form]
+    if where == "same":  # SIGKILLed after epoch 0 (fixture), resumed in its own dir
+        source_dir = run_dir = root / f"{form}-{stop}"
+    else:
+        source_dir = ref_dir if where == "finished" else root / f"stopped-{stop}"
+        run_dir = root / f"{form}-{stop}-resumed"
+    before = {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()}
+    ckpt = {"last": "last", "epoch": str(_epoch0_file(source_dir)),
+            "last.ckpt": str(source_dir / "checkpoints" / "last.ckpt")}[which]
+    _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}"], env)
 
-    resumed_proc = _train([*RUN, f"hydra.run.dir={run_dir}", "ckpt_path=last"], env)
-    resumed = _metrics(run_dir)
-    assert resumed["resumed_from"] == str(last.resolve())
-    log = (run_dir / "train.log").read_text()
-    assert "Resumed at the start of epoch" in log, resumed_proc.stdout[-2000:]
-    print("resumed vs uninterrupted: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}" for k in COMPARED))
+    resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
+    expected = source_dir / "checkpoints" / "last.ckpt" if ckpt == "last" else Path(ckpt)
+    assert Path(resumed["resumed_from"]).resolve() == expected.resolve()
+    print(f"{form} {stop}: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}"
+                                          for k in ("test/acc", "val/acc_best", "val/acc")))
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
-    assert Path(resumed["best_checkpoint"]).parent == run_dir / "checkpoints"
+    assert "Resumed at the start of epoch 1 (step 13)" in (run_dir / "train.log").read_text()
+    # the best checkpoint tested is the uninterrupted run's, and lies in this run's own dir
+    best = Path(resumed["best_checkpoint"])
+    assert best.parent == run_dir / "checkpoints" and best.name == Path(uninterrupted["best_checkpoint"]).name
+    ref_weights = _weights(ref_dir / "checkpoints" / "last.ckpt")
+    weights = _weights(run_dir / "checkpoints" / "last.ckpt")
+    assert weights.keys() == ref_weights.keys()
+    assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), "final weights differ"
+    # the logged history goes on at the uninterrupted run's steps with its values
+    assert _history(run_dir, BATCHES) == _history(ref_dir, BATCHES) != []
+    assert resumed["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
+    if where != "same":  # the best checkpoint so far came along; the run resumed from is only read
+        assert (f"best checkpoint so far (val/acc={_metrics_of_epoch0(source_dir):.4f}) carried from "
+                f"{_epoch0_file(source_dir)} to {run_dir / 'checkpoints' / _epoch0_file(source_dir).name}"
+                in " ".join((run_dir / "train.log").read_text().split()))
+        assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
+
+
+def test_mid_epoch_resume_replays_what_the_log_says(reference):
+    """Ctrl-C at step 18 (5 of epoch 1's 13 batches done), then `ckpt_path=last` (the interrupted.ckpt): the log
+    and metrics.json say batches 0-4 are replayed and 8-12 not seen, and the recorded batches show exactly that;
+    from epoch 2 on, the batches are the uninterrupted run's again."""
+    root, env, refs = reference
+    run_dir = root / "mid-epoch"  # stopped by Ctrl-C at step 18 (fixture)
+    first, second = root / "mid-epoch.first.jsonl", root / "mid-epoch.second.jsonl"
+    assert torch.load(run_dir / "checkpoints" / "interrupted.ckpt", weights_only=False)["global_step"] == 18
+    _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
+
+    log = (run_dir / "train.log").read_text()
+    assert ("Resumed mid-epoch at step 18: epoch 1 had run 5 of its 13 batches" in log
+            and "batches 0-7 of the epoch's order again, so 5 batch(es) seen before the interruption are replayed "
+                "(batches 0-4) and batches 8-12 of this epoch are not seen" in log), log[-3000:]
+    assert _metrics(run_dir)["resume"] == {"epoch": 1, "batches_done": 5, "batches_per_epoch": 13,
+                                           "replayed_batches": [0, 4], "unseen_batches": [8, 12], "exact": False}
+
+    def order(path: Path, epoch: int) -> list[str]:
+        return [r["sha1"] for r in map(json.loads, path.read_text().splitlines()) if r["epoch"] == epoch]
+
+    ref_batches = refs["max_epochs"].parent / "reference-max_epochs.batches.jsonl"
+    ref1, ref2 = order(ref_batches, 1), order(ref_batches, 2)
+    assert order(first, 1) == ref1[:5]       # before Ctrl-C: batches 0-4 of epoch 1
+    assert order(second, 1) == ref1[:8]      # after the resume: batches 0-7 again (0-4 replayed), 8-12 never
+    assert order(second, 2) == ref2          # the next epoch is the uninterrupted run's
+
+
+def test_carry_checkpoint_states_copies_the_best_checkpoint(tmp_path, caplog):
+    """A checkpoint written in another dir: its best file is copied into the new checkpoints/ and Lightning keeps
+    the best score; from a moved dir it is found next to the resumed file; when it is gone, a warning says the
+    run cannot test the same best checkpoint, and the score is dropped with it."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from attnbench.resume import carry_checkpoint_states
+
+    old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
+    old.mkdir(parents=True)
+    (old / "epoch00.ckpt").write_bytes(b"best")
+    (old / "last.ckpt").write_bytes(b"last")
+
+    def state() -> dict:
+        return {"monitor": "val/acc", "best_model_score": torch.tensor(0.625), "dirpath": str(old),
+                "best_model_path": str(old / "epoch00.ckpt"), "best_k_models": {str(old / "epoch00.ckpt"): 0.625},
+                "kth_best_model_path": str(old / "epoch00.ckpt"), "kth_value": torch.tensor(0.625),
+                "current_score": torch.tensor(0.6), "last_model_path": str(old / "last.ckpt")}
+
+    def carry(source: Path | None, dirpath: Path = new) -> tuple[ModelCheckpoint, list]:
+        callback = ModelCheckpoint(dirpath=dirpath, monitor="val/acc", mode="max", save_last=True)
+        checkpoint = {"callbacks": {callback.state_key: state()}}
+        trainer = SimpleNamespace(checkpoint_callbacks=[callback], is_global_zero=True)
+        notes = carry_checkpoint_states(trainer, checkpoint, str(source) if source else None)
+        callback.load_state_dict(checkpoint["callbacks"][callback.state_key])
+        return callback, notes
+
+    callback, notes = carry(old / "last.ckpt")
+    assert (new / "epoch00.ckpt").read_bytes() == b"best" and not (new / "last.ckpt").exists()
+    assert callback.best_model_path == str(new / "epoch00.ckpt") and float(callback.best_model_score) == 0.625
+    assert callback.best_k_models == {str(new / "epoch00.ckpt"): 0.625} and callback.last_model_path == ""
+    assert notes and "carried from" in notes[0][1]
+    # the whole run dir moved: the files are where the resumed checkpoint lies
+    moved = tmp_path / "moved" / "checkpoints"
+    moved.parent.mkdir()
+    old.rename(moved)
+    callback, _ = carry(moved / "last.ckpt", dirpath=moved)
+    assert callback.best_model_path == str(moved / "epoch00.ckpt") and float(callback.best_model_score) == 0.625
+    # the best file is gone: say so, and do not keep a score without its checkpoint
+    (moved / "epoch00.ckpt").unlink()
+    callback, notes = carry(moved / "last.ckpt", dirpath=tmp_path / "third")
+    assert callback.best_model_score is None and callback.best_model_path == ""
+    assert notes[0][0] == logging.WARNING and "may differ from an uninterrupted run" in notes[0][1]
 
 
 def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):

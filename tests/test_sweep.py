@@ -80,13 +80,25 @@ def test_optuna_sweep_writes_its_study(tmp_path, data_dir, cache_dir):
           f"best params {study.best_params}")
 
 
+def _assert_failure_list(proc: subprocess.CompletedProcess, sweep_dir: Path, failed: int, total: int) -> list[str]:
+    """The end-of-sweep summary: exit code 1, `<failed> of <total> jobs failed`, one line per failed job naming
+    its output dir and its error; returns those lines."""
+    assert proc.returncode == 1, f"exit code {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    lines = proc.stderr.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith(f"{failed} of {total} jobs failed")]
+    assert heads, proc.stderr[-4000:]
+    listed = lines[heads[-1] + 1:heads[-1] + 1 + failed]
+    assert all(line.startswith(f"  {sweep_dir}/") for line in listed), listed
+    return listed
+
+
 def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_dir):
     """One job of two cannot start (3 heads do not divide d_model=64): it leaves error.json, the other its results."""
     sweep_dir = tmp_path / "sweep"
     proc = _multirun(["model.n_heads=2,3", *SHORT, f"hydra.sweep.dir={sweep_dir}", "logger=csv"],
                      train_env(data_dir, cache_dir), expect_ok=False)
-    assert proc.returncode != 0  # Hydra reports the failed job when the sweep ends
-    assert "d_model=64 is not divisible by n_heads=3" in proc.stderr + proc.stdout
+    (line,) = _assert_failure_list(proc, sweep_dir, failed=1, total=2)
+    assert line.startswith(f"  {sweep_dir}/1_") and "d_model=64 is not divisible by n_heads=3" in line
     ok, failed = sorted(sweep_dir.glob("*/metrics.json")), sorted(sweep_dir.glob("*/error.json"))
     assert len(ok) == 1 and len(failed) == 1
     error = json.loads(failed[0].read_text())
@@ -97,3 +109,39 @@ def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_
     assert report.returncode == 0, report.stderr[-3000:]
     text = (sweep_dir / "report.md").read_text()
     assert "1 finished, 1 failed" in text and "not divisible by n_heads=3" in text
+
+
+@pytest.mark.parametrize("launcher, extra", [
+    ("joblib", ["hydra.launcher.n_jobs=2"]),
+    ("submitit_local", ["hydra.launcher.timeout_min=10"]),
+])
+def test_failed_job_is_listed_with_any_launcher(tmp_path, data_dir, cache_dir, launcher, extra):
+    """Issue 10 §7: the jobs run in other processes (joblib workers, submitit jobs), yet the sweep ends with the
+    same failure list and exit code 1 as the basic launcher (before: joblib printed "0 of 0 jobs failed")."""
+    sweep_dir = tmp_path / "sweep"
+    proc = _multirun([f"hydra/launcher={launcher}", *extra, "model.n_heads=2,3", *SHORT, "data.max_train_samples=64",
+                      f"hydra.sweep.dir={sweep_dir}", "logger=csv"], train_env(data_dir, cache_dir), expect_ok=False)
+    (line,) = _assert_failure_list(proc, sweep_dir, failed=1, total=2)
+    assert line.startswith(f"  {sweep_dir}/1_") and "d_model=64 is not divisible by n_heads=3" in line
+    assert len(list(sweep_dir.glob("*/metrics.json"))) == 1
+
+
+def test_optuna_sweep_with_a_failed_trial_lists_it_and_exits_1(tmp_path, data_dir, cache_dir):
+    """Issue 10 §7: the Optuna sweeper records a failed trial as FAIL and goes on; the sweep then ends like a basic
+    multirun, with the failure list and exit code 1 (before: exit code 0 and nothing listed). The search space
+    includes model.n_heads in {2, 3}; with 3 heads d_model=64 does not divide, so those trials fail at once."""
+    import optuna
+
+    sweep_dir = tmp_path / "sweep"
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    proc = _multirun(["hparams_search=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.study_name=fail",
+                      f"hydra.sweeper.storage={storage}", "model.n_heads=choice(2,3)",
+                      *SHORT, "data.max_train_samples=64", f"hydra.sweep.dir={sweep_dir}", "logger=csv"],
+                     train_env(data_dir, cache_dir), expect_ok=False)
+    trials = optuna.load_study(study_name="fail", storage=storage).get_trials(deepcopy=False)
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(trials) == 4 and failed and all(t.params["model.n_heads"] == 3 for t in failed)
+    assert all(t.params["model.n_heads"] == 2 for t in trials if t.state == optuna.trial.TrialState.COMPLETE)
+    lines = _assert_failure_list(proc, sweep_dir, failed=len(failed), total=4)
+    assert all("d_model=64 is not divisible by n_heads=3" in line for line in lines)
+    assert (sweep_dir / "optimization_results.yaml").is_file()  # the study's results are still written

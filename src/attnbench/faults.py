@@ -11,9 +11,11 @@
 - :class:`FreshOutputDir` (a Hydra callback) gives every run and sweep a
   directory of its own: a re-run never writes into a previous run's outputs,
   and two jobs started in the same second get distinct directories.
-- :func:`run_cli` wraps the Hydra entry point: a misspelt key gets a one-line
-  message with the closest valid keys, and a multirun finishes its other jobs
-  when one fails, then lists the failures.
+- :class:`SweepReport` (a Hydra callback) and :func:`run_cli`: a multirun
+  finishes its other jobs when one fails, then lists the failures and exits 1,
+  with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna);
+  :func:`run_cli` also gives a misspelt key a one-line message with the
+  closest valid keys.
 """
 
 from __future__ import annotations
@@ -426,7 +428,95 @@ class FreshOutputDir(HydraCallback):
 
 
 # --------------------------------------------------------------------------------------------- command line
-_SWEEP: dict[str, list] = {"done": [], "failed": []}
+SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
+_SWEEP: dict[str, Path | None] = {"dir": None}  # the multirun of this (main) process, set when it starts
+
+
+class SweepReport(HydraCallback):
+    """Hydra callback: the end-of-sweep list of failed jobs and exit code 1, whatever the launcher or sweeper.
+
+    - :meth:`on_job_end` runs in the job's own process (the basic launcher's,
+      a joblib worker, a submitit/SLURM job) and writes the job's status to
+      ``<sweep dir>/.attnbench-jobs/<job num>.json`` (``status`` completed or
+      failed, ``error``, ``output_dir``, ``overrides``, ``return_value``).
+    - :meth:`on_multirun_end` (main process) reads them all; when a job failed
+      it prints ``<n> of <m> jobs failed`` with one line per failed job and
+      exits with code 1. Sweepers that record failures and go on (Optuna)
+      reach it; the basic sweeper instead raises the first failed job's error
+      after all jobs ran, and :func:`run_cli` prints the same list from the
+      same records (:func:`sweep_failure_summary`).
+
+    List it after ``fresh_output_dir`` in ``hydra.callbacks`` (it reads the
+    claimed sweep dir). Hydra swallows exceptions raised by callbacks, so the
+    exit is a ``SystemExit(1)``.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        _SWEEP["dir"] = sweep_dir
+        records = sweep_dir / SWEEP_JOBS_DIR
+        if records.is_dir():  # a resumed sweep (same sweep dir): report this invocation's jobs only
+            for old in records.glob("*.json"):
+                old.unlink(missing_ok=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        hydra_cfg = config.hydra
+        if hydra_cfg.mode != RunMode.MULTIRUN or _process_rank() != 0:
+            return  # a single run, or a DDP/SLURM rank other than 0 (rank 0 reports the job)
+        record: dict[str, Any] = {
+            "num": int(hydra_cfg.job.num),
+            "output_dir": str(hydra_cfg.runtime.output_dir),
+            "overrides": list(job_return.overrides or []),
+            "status": "completed" if job_return.status == JobStatus.COMPLETED else "failed",
+        }
+        if job_return.status == JobStatus.COMPLETED:
+            value = job_return.return_value
+            record["return_value"] = value if isinstance(value, int | float | str | type(None)) else repr(value)
+        else:
+            err = getattr(job_return, "_return_value", None)
+            record["error"] = str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}"
+        folder = Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f"{record['num']}.json.tmp"
+            tmp.write_text(json.dumps(record, indent=2))
+            tmp.replace(folder / f"{record['num']}.json")
+        except OSError as err:
+            log.warning("Could not record the job's status in %s: %s", folder, err)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        summary = sweep_failure_summary(Path(str(config.hydra.sweep.dir)))
+        if summary:
+            print(summary, file=sys.stderr, flush=True)
+            raise SystemExit(1)
+
+
+def _process_rank() -> int:
+    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+def sweep_failure_summary(sweep_dir: Path | None) -> str | None:
+    """``"<n> of <m> jobs failed ...:"`` and one ``<output dir>: <error>`` line per failed job, from the
+    records :class:`SweepReport` wrote in ``<sweep_dir>/.attnbench-jobs/``; ``None`` when no job failed."""
+    if sweep_dir is None or not (Path(sweep_dir) / SWEEP_JOBS_DIR).is_dir():
+        return None
+    records = []
+    for path in (Path(sweep_dir) / SWEEP_JOBS_DIR).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    failed = sorted((r for r in records if r.get("status") == "failed"), key=lambda r: r.get("num", 0))
+    if not failed:
+        return None
+    lines = [f"{len(failed)} of {len(records)} jobs failed (each wrote error.json, and failure.json if it failed "
+             "during training):"]
+    lines += [f"  {r.get('output_dir')}: {r.get('error')}" for r in failed]
+    return "\n".join(lines)
 
 
 def _report(err: BaseException) -> None:
@@ -441,21 +531,15 @@ def _report(err: BaseException) -> None:
 
 def job_failed(err: AttnbenchError) -> None:
     """Called by the Hydra task on a user-facing error: log one line, then exit (single run, interrupt) or
-    re-raise so that Hydra's multirun records the failure and goes on with the next job."""
+    re-raise so that Hydra's multirun records the failure (:class:`SweepReport`) and goes on with the next job."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     _report(err)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     if multirun and not isinstance(err, RunInterrupted):
-        _SWEEP["failed"].append((HydraConfig.get().runtime.output_dir, str(err)))
         raise err
     raise SystemExit(getattr(err, "exit_code", 1)) from None
-
-
-def job_done() -> None:
-    """Count a finished job of a multirun (for the failure summary)."""
-    _SWEEP["done"].append(1)
 
 
 def _config_key_message(err: BaseException) -> str | None:
@@ -481,11 +565,20 @@ def _config_key_message(err: BaseException) -> str | None:
             f"(To add a new key on purpose, write +{full_key}=...)")
 
 
+def _exit_if_jobs_failed() -> None:
+    """In a multirun whose jobs failed: print :func:`sweep_failure_summary` and exit with code 1."""
+    summary = sweep_failure_summary(_SWEEP["dir"])
+    if summary:
+        print(summary, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
 def run_cli(hydra_main: Callable[[], Any]) -> None:
     """Run a ``@hydra.main`` function with one-line messages for the user's mistakes.
 
     - a misspelt key override: the closest valid keys (Hydra alone suggests appending it with ``+``);
-    - a multirun in which jobs failed: every job still runs; then one line per failed job, exit code 1;
+    - a multirun in which jobs failed: every job still runs; then one line per failed job, exit code 1
+      (:class:`SweepReport` for every launcher and sweeper; here for the sweepers that re-raise a job's error);
     - Ctrl-C outside training: one line, exit code 130.
 
     Other Hydra errors (unknown config group option, parse errors) keep Hydra's
@@ -496,24 +589,22 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
 
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
+    _SWEEP["dir"] = None
     try:
         hydra_main()
-    except AttnbenchError as err:  # from a multirun: each job has logged its own message
-        failed = _SWEEP["failed"]
-        print(f"{len(failed)} of {len(failed) + len(_SWEEP['done'])} jobs failed (each wrote failure.json or "
-              "stopped before training):", file=sys.stderr)
-        for output_dir, message in failed:
-            print(f"  {output_dir}: {message}", file=sys.stderr)
-        if not failed:
-            print(f"  {err}", file=sys.stderr)
+    except AttnbenchError as err:  # a multirun's sweeper re-raised a failed job's error after all jobs ran
+        _exit_if_jobs_failed()
+        print(f"Error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     except ValueError as err:  # after AttnbenchError: ConfigError is a ValueError too
+        _exit_if_jobs_failed()
         if not str(err).startswith("Only one of --run, --multirun"):
             raise
         print(f"Error: {err}. To see what a sweep will run, print its config without -m: "
               "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
         raise SystemExit(2) from None
     except CompactHydraException as err:
+        _exit_if_jobs_failed()
         if user_full_error:
             raise
         message = _config_key_message(err)
@@ -524,6 +615,9 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
     except KeyboardInterrupt:
         print("Interrupted (Ctrl-C) before training started; nothing to resume.", file=sys.stderr)
         raise SystemExit(128 + signal.SIGINT) from None
+    except Exception:  # a bug in a job of a basic multirun (its traceback is in its train.log): the same list
+        _exit_if_jobs_failed()
+        raise
     finally:
         if user_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -6,21 +6,33 @@ adds the random-number generators (torch, CUDA, NumPy, Python) and the W&B
 run id. With the data order a function of (seed, epoch) alone
 (:class:`attnbench.data.EpochShuffleSampler`), a run resumed from an
 epoch-end checkpoint continues exactly as the uninterrupted run would have.
-A run resumed from a mid-epoch checkpoint (``callbacks.last_checkpoint.every_n_train_steps``)
-restarts that epoch's batch order, and says in the log which batches it replays.
+A run resumed from a mid-epoch checkpoint (``callbacks.last_checkpoint.every_n_train_steps``,
+``interrupted.ckpt``) restarts that epoch's batch order, and says in the log which batches it replays.
+
+A run resumed into another output dir than the one its checkpoint was written in
+(``ckpt_path=<file> hydra.run.dir=<new dir>``, or a run dir that was moved) keeps the
+best checkpoint so far: :func:`carry_checkpoint_states` copies it into the new
+``checkpoints/`` and points ``ModelCheckpoint``'s state there (Lightning alone
+drops the best score when the dir changes, so a worse later epoch became "best"
+and was tested). A ``trainer.max_steps`` run resumed at an epoch end gets the
+batch order and the logging steps of the uninterrupted run
+(:func:`_samplers_follow_current_epoch`, :meth:`ResumeState.on_train_epoch_start`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.trainer.states import TrainerFn
 
 from attnbench.errors import ConfigError
 
@@ -96,6 +108,117 @@ def set_rng_states(states: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def _same_path(a: str | Path, b: str | Path) -> bool:
+    return os.path.realpath(os.path.expanduser(str(a))) == os.path.realpath(os.path.expanduser(str(b)))
+
+
+def carry_checkpoint_states(trainer: pl.Trainer, checkpoint: dict[str, Any],
+                            source: str | None) -> list[tuple[int, str]]:
+    """Make the ``ModelCheckpoint`` states of a checkpoint written in another dir valid in this run's dir.
+
+    Lightning's ``ModelCheckpoint.load_state_dict`` keeps the best score, the
+    top-k files and the last path only when the checkpoint's ``dirpath`` equals
+    the callback's. For each checkpoint callback of ``trainer`` whose saved
+    ``dirpath`` differs, this copies the files it refers to (``best_k_models``,
+    ``best_model_path``, ``kth_best_model_path``) into the callback's
+    ``dirpath`` and rewrites the saved state (in place, before Lightning loads
+    it) to name the copies; ``last_model_path`` is cleared (this run writes its
+    own ``last.ckpt``). A file missing from the old dir is looked for next to
+    ``source`` (a moved run dir). Only global rank 0 copies; every rank
+    rewrites the same state.
+
+    Args:
+        trainer: the trainer restoring ``checkpoint``.
+        checkpoint: the loaded checkpoint dict (``checkpoint["callbacks"]`` is changed in place).
+        source: path of the checkpoint file being resumed from, or ``None``.
+
+    Returns:
+        ``(logging level, message)`` pairs: what was carried (INFO) or could not be (WARNING).
+    """
+    states = checkpoint.get("callbacks") or {}
+    notes: list[tuple[int, str]] = []
+    for callback in trainer.checkpoint_callbacks:
+        state = states.get(getattr(callback, "state_key", None))
+        new_dir = getattr(callback, "dirpath", None)
+        old_dir = (state or {}).get("dirpath")
+        if not state or new_dir is None or old_dir is None or _same_path(old_dir, new_dir):
+            if state and new_dir is not None and old_dir is not None:
+                state["dirpath"] = new_dir  # the same folder spelt differently (symlink, relative path)
+            continue
+        referenced = {str(p) for p in (*(state.get("best_k_models") or {}), state.get("best_model_path"),
+                                       state.get("kth_best_model_path")) if p}
+        mapping: dict[str, str] = {}
+        for old in sorted(referenced):
+            name = Path(old).name
+            found = next((c for c in (Path(old), Path(old_dir) / name,
+                                      *([Path(source).parent / name] if source else []))
+                          if c.is_file()), None)
+            target = Path(new_dir) / name
+            if found is None:
+                if target.is_file():  # the run dir was moved: the file is already where it belongs
+                    mapping[old] = str(target)
+                continue
+            if trainer.is_global_zero and not (target.exists() and os.path.samefile(found, target)):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(found, target)
+            mapping[old] = str(target)
+        best = state.get("best_model_path") or ""
+        if best and best not in mapping:
+            # Without the file, keeping the score would leave no checkpoint to test; forget both, say so.
+            notes.append((logging.WARNING,
+                f"the best checkpoint so far ({best}, {state.get('monitor')}={_score(state.get('best_model_score'))})"
+                f" is not in {old_dir} nor next to {source}: this run tests the best of the epochs it trains itself, "
+                "which may differ from an uninterrupted run. Copy that file next to the checkpoint you resume from "
+                "to keep it."))
+            state["best_model_score"] = None
+            state["best_k_models"] = {}
+            state["kth_best_model_path"] = ""
+            state.pop("kth_value", None)  # Lightning's default (no k-th best yet)
+        else:
+            state["best_k_models"] = {mapping[p]: v for p, v in (state.get("best_k_models") or {}).items()
+                                      if p in mapping}
+            if state.get("kth_best_model_path"):
+                state["kth_best_model_path"] = mapping.get(state["kth_best_model_path"], "")
+            if best:
+                notes.append((logging.INFO, f"best checkpoint so far ({state.get('monitor')}="
+                              f"{_score(state.get('best_model_score'))}) carried from {best} to {mapping[best]}"))
+        state["best_model_path"] = mapping.get(best, "")
+        state["last_model_path"] = ""
+        state["dirpath"] = new_dir
+    return notes
+
+
+def _score(value: Any) -> str:
+    try:
+        return f"{float(value):.4f}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
+    """Make the training samplers' ``set_epoch`` use ``trainer.current_epoch`` for the rest of a resumed fit.
+
+    Lightning calls ``set_epoch(epoch_progress.current.processed)`` at each epoch start. After resuming a
+    ``trainer.max_steps`` run from an epoch-end checkpoint, Lightning re-runs the end of the checkpoint's epoch
+    and that counter runs one ahead of ``current_epoch``: epoch 1 got epoch 2's order (measured: every batch
+    of epochs 1 and 2 differed from the uninterrupted run). The sampler's order must be that of the epoch being
+    trained, as in the uninterrupted run.
+    """
+    loader = getattr(trainer.fit_loop, "_combined_loader", None)
+    for dataloader in (loader.flattened if loader is not None else []):
+        for sampler in (getattr(dataloader, "sampler", None),
+                        getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if set_epoch is None or getattr(set_epoch, "follows_current_epoch", False):
+                continue
+
+            def follow(_epoch: int, _set_epoch=set_epoch) -> None:
+                _set_epoch(trainer.current_epoch)
+
+            follow.follows_current_epoch = True  # type: ignore[attr-defined]
+            sampler.set_epoch = follow
+
+
 class ResumeState(pl.Callback):
     """Checkpoints the RNG states and the W&B run id; on resume restores the RNGs and logs what is replayed.
 
@@ -113,11 +236,18 @@ class ResumeState(pl.Callback):
         self.wandb_run = wandb_run
         self._rng_states: dict[str, Any] | None = None
         self._resumed_from_step: int | None = None
+        #: what the resume replayed (``metrics.json`` ``resume``): epoch, batches_done, batches_per_epoch, exact,
+        #: and for a mid-epoch resume replayed_batches / unseen_batches as [first, last] batch of the epoch
+        self.replay: dict[str, Any] | None = None
+        self._align_log_step = False
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {"rng_states": collect_rng_states(), "wandb_run": self.wandb_run}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:  # not when trainer.test loads the best checkpoint
+            for level, note in carry_checkpoint_states(trainer, checkpoint, trainer.ckpt_path):
+                log.log(level, "Resuming into %s: %s.", trainer.default_root_dir, note)
         extras = checkpoint.get(CHECKPOINT_KEY) or {}
         self._rng_states = extras.get("rng_states")
         self._resumed_from_step = int(checkpoint.get("global_step", 0))
@@ -128,6 +258,8 @@ class ResumeState(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._resumed_from_step is None:
             return
+        _samplers_follow_current_epoch(trainer)
+        exact = self._rng_states is not None
         if self._rng_states is not None:
             set_rng_states(self._rng_states)
             self._rng_states = None
@@ -137,18 +269,36 @@ class ResumeState(pl.Callback):
         # batches of this epoch done before the checkpoint (a step checkpoint is written before Lightning
         # counts its batch as completed, so count optimizer steps instead)
         done = (self._resumed_from_step - epoch * math.ceil(batches / accumulate)) * accumulate
+        if done >= batches:  # a max_steps run resumed at an epoch end: Lightning first closes that epoch again
+            epoch, done = epoch + 1, 0
+        self.replay = {"epoch": epoch, "batches_done": max(done, 0), "batches_per_epoch": batches, "exact": exact}
         if 0 < done < batches:
             replayed = min(done, batches - done)
+            self.replay.update(replayed_batches=[0, replayed - 1], unseen_batches=[max(done, batches - done),
+                                                                                    batches - 1], exact=False)
             log.warning(
                 "Resumed mid-epoch at step %d: epoch %d had run %d of its %d batches. Weights, optimizer, scheduler "
                 "and RNG states are those of step %d, but the data loader cannot skip ahead: the epoch's remaining "
                 "%d steps take batches 0-%d of the epoch's order again, so %d batch(es) seen before the "
-                "interruption are replayed and batches %d-%d of this epoch are not seen. Epoch-end checkpoints "
+                "interruption are replayed (batches 0-%d) and batches %d-%d of this epoch are not seen. From epoch %d "
+                "on the batches are the uninterrupted run's; the final metrics are not. Epoch-end checkpoints "
                 "resume exactly.",
                 self._resumed_from_step, epoch, done, batches, self._resumed_from_step, batches - done,
-                batches - done - 1, replayed, max(done, batches - done), batches - 1,
+                batches - done - 1, replayed, replayed - 1, max(done, batches - done), batches - 1, epoch + 1,
             )
         else:
             log.info("Resumed at the start of epoch %d (step %d): the run continues exactly as it would have.",
                      epoch, self._resumed_from_step)
+            self._align_log_step = True
         self._resumed_from_step = None
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After an epoch-end resume of a ``trainer.max_steps`` run, Lightning (2.6) counts one stepped batch too
+        many and logs every later point one step late (val/loss of step 25 at step 26): log at the steps of the
+        uninterrupted run (one optimizer: one stepped batch per optimizer step)."""
+        if not self._align_log_step:
+            return
+        self._align_log_step = False
+        loop = trainer.fit_loop.epoch_loop
+        if len(trainer.optimizers) == 1 and getattr(loop, "_batches_that_stepped", None) == trainer.global_step + 1:
+            loop._batches_that_stepped = trainer.global_step

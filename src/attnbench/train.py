@@ -30,7 +30,7 @@ from attnbench.callbacks import RunStats
 from attnbench.data import TextClassificationDataModule
 from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
-from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_done, job_failed, run_cli
+from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_failed, run_cli
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
 from attnbench.resume import ResumeState, checkpoint_extras, resolve_checkpoint
@@ -279,6 +279,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     }
     if ckpt_path:
         info["resumed_from"] = ckpt_path
+    if resume_state.replay is not None:  # which batches a resume replayed (exact: false after a mid-epoch one)
+        info["resume"] = resume_state.replay
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
     if wandb_logger is not None:
@@ -357,8 +359,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
     training, ``failure.json``) in its output dir and an ERROR line in its
     ``train.log``; its exception goes to Hydra, so the other jobs still run,
     the Optuna sweeper records the trial as failed and goes on
-    (``hydra.sweeper.max_failure_rate``), and :func:`main` lists the failed
-    jobs when all are done.
+    (``hydra.sweeper.max_failure_rate``), and :class:`attnbench.faults.SweepReport`
+    lists the failed jobs when all are done (exit code 1).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     metric = cfg.get("optimized_metric")
@@ -376,7 +378,6 @@ def hydra_main(cfg: DictConfig) -> float | None:
             _record_failure(cfg, err)
             log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
         raise
-    job_done()
     return float(summary[metric]) if metric else None
 
 

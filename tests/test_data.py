@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
 import pytest
 
 import attnbench.data as data_mod
@@ -24,7 +27,7 @@ def test_sst2_row_counts_labels_and_disjoint_validation(sst2):
     dm, _ = sst2
     train, val, test = (dm.splits[s] for s in ("train", "val", "test"))
     assert len(train) + len(val) == 67_349
-    assert len(val) == round(0.05 * 67_349)
+    assert 0.98 * round(0.05 * 67_349) <= len(val) <= round(0.05 * 67_349)  # whole groups of texts: at most 5%
     assert len(test) == 872  # the official validation split is the test set
     assert dm.label_names == ["negative", "positive"]
     assert set(train.labels) == set(val.labels) == set(test.labels) == {0, 1}
@@ -67,6 +70,10 @@ def test_trec_coarse_labels(data_dir, tmp_path):
     dm.setup()
     assert dm.label_names == ["ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"]
     assert (len(dm.splits["train"]), len(dm.splits["val"]), len(dm.splits["test"])) == (4952, 500, 500)
+    meta = json.loads((dm.cache_dir / "meta.json").read_text())
+    # TREC repeats 11 of its 500 test questions verbatim in train (counted, not hidden); validation none.
+    assert meta["leakage"]["test"] == {"n": 500, "verbatim": 11, "substring": 11, "substring_checked": 500}
+    assert meta["leakage"]["val"] == {"n": 500, "verbatim": 0, "substring": 0, "substring_checked": 500}
 
 
 def test_collator_pads_dynamically():
@@ -128,3 +135,31 @@ def test_token_ids_do_not_depend_on_the_training_process(data_dir, kind):
     assert first["[PAD]"] == 0 and first["[UNK]"] == 1
     if all(set(v) == set(first) for v in vocabs):
         assert all(v == first for v in vocabs)
+
+
+def test_sst2_validation_text_is_never_inside_a_training_text(sst2, data_dir):
+    """SST-2 train is phrases: a random 5% carve put 88.7% of the validation phrases inside a training phrase."""
+    from attnbench.splits import normal_form
+
+    dm, _ = sst2
+    texts = pd.read_parquet(data_dir / "sst2" / "train.parquet")["sentence"].tolist()
+    train = [normal_form(texts[r]) for r in dm.splits["train"].row_ids]
+    joined = "\n".join(train)
+    val = [normal_form(texts[r]) for r in dm.splits["val"].row_ids]
+    assert sum(t in joined for t in val) == 0
+    meta = json.loads((dm.cache_dir / "meta.json").read_text())
+    assert meta["leakage"]["val"] == {"n": len(val), "verbatim": 0, "substring": 0, "substring_checked": len(val)}
+    # The official test sentences: 2 of 872 occur inside a training phrase (as the issue measured), none verbatim.
+    assert meta["leakage"]["test"] == {"n": 872, "verbatim": 0, "substring": 2, "substring_checked": 872}
+    assert meta["leakage"]["phrase_level"] is True
+
+
+def test_overlap_counts_are_logged_on_a_cache_hit(sst2, data_dir, caplog):
+    dm, cache = sst2
+    again = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=64)
+    with caplog.at_level("INFO", logger="attnbench.data"):
+        again.setup()
+    assert again.cache_hit is True
+    n_val = len(dm.splits["val"])
+    assert (f"sst2: overlap with the training texts: val 0 of {n_val:,} identical to a training text, 0 contained as "
+            "a substring; test 0 of 872 identical to a training text, 2 contained as a substring") in caplog.text

@@ -194,3 +194,32 @@ def test_a_split_with_other_class_names_is_refused_naming_them(tmp_path):
     msg = str(err.value)
     assert "toy/test" in msg and "['neg', 'pos']" in msg and "['negative', 'positive']" in msg
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+# ------------------------------------------------------------------------------------- relative paths
+TINY = ["model=tiny", "data=trec", "data.max_train_samples=64", "data.max_eval_samples=32", "logger=csv",
+        "trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.parametrize("chdir", [False, True])
+def test_relative_paths_resolve_against_the_launch_dir(data_dir, tmp_path, chdir):
+    """Before: under hydra.job.chdir=true a relative data.local_dir was looked for inside the run dir and failed."""
+    (tmp_path / "mydata").symlink_to(data_dir, target_is_directory=True)
+    env = train_env(data_dir, tmp_path / "unused-cache")
+    env.pop("ATTNBENCH_DATA_DIR")
+
+    def train(*extra: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "train.py"), *TINY, f"hydra.job.chdir={chdir}",
+                               "data.local_dir=mydata", "data.cache_dir=mycache", *extra],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc
+
+    train("trainer.max_epochs=1", "hydra.run.dir=runs/a")
+    assert list((tmp_path / "mycache").glob("trec-*/meta.json"))  # the cache is where the user said
+    assert not (tmp_path / "runs" / "a" / "mycache").exists() and not (tmp_path / "unused-cache").exists()
+    ckpt = "runs/a/checkpoints/last.ckpt"
+    assert (tmp_path / ckpt).is_file()
+    train("trainer.max_epochs=2", "hydra.run.dir=runs/b", f"ckpt_path={ckpt}")
+    metrics = json.loads((tmp_path / "runs" / "b" / "metrics.json").read_text())
+    assert metrics["resumed_from"] == str((tmp_path / ckpt).resolve())

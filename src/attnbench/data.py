@@ -43,6 +43,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from attnbench.errors import AttnbenchError
+from attnbench.paths import user_path
 from attnbench.splits import Carving, carve_disjoint, overlap_counts
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,7 @@ def column(ds: datasets.Dataset, name: str) -> list[Any]:
 def _resolve_local_dir(local_dir: str | os.PathLike | None) -> Path | None:
     if local_dir in (None, ""):
         return None
-    return Path(os.path.expanduser(str(local_dir))).resolve()
+    return user_path(local_dir)
 
 
 class TextClassificationDataModule(pl.LightningDataModule):
@@ -315,7 +316,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.train_split = train_split
         self.test_split = test_split
         self.local_dir = _resolve_local_dir(local_dir)
-        self.cache_root = Path(os.path.expanduser(str(cache_dir))).resolve()
+        self.cache_root = user_path(cache_dir)
         self.val_size = val_size
         self.split_seed = split_seed
         self.max_length = int(max_length)

@@ -116,25 +116,16 @@ def test_bytes_tokenizer_is_one_token_per_utf8_byte(data_dir, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "byte_bpe"])
-def test_token_ids_do_not_depend_on_the_training_process(data_dir, kind):
-    """HF trainers break count ties in per-process hash order; ids are renumbered so shared tokens agree."""
-    import pandas as pd
-
+def test_token_ids_do_not_depend_on_the_training_run(data_dir, kind):
+    """Three trainings on the same texts give the same vocabulary and ids (across processes: test_data_trust)."""
     texts = pd.read_parquet(data_dir / "trec" / "train.parquet")["text"].tolist()
     dm = TextClassificationDataModule(name="x", hub_id="x", text_column="text", label_column="coarse_label",
                                       local_dir=None, cache_dir="/nonexistent", max_length=32,
                                       tokenizer={"kind": kind, "vocab_size": 3000, "min_frequency": 1})
-    vocabs = [dm._train_tokenizer(texts).get_vocab() for _ in range(3)]
-    first = vocabs[0]
-    for other in vocabs[1:]:
-        assert len(set(first) ^ set(other)) <= 0.01 * len(first)  # at most a few tie-broken rare tokens
-        shared = sorted(set(first) & set(other))
-        rank_first = {t: i for i, t in enumerate(sorted(shared, key=first.get))}
-        rank_other = {t: i for i, t in enumerate(sorted(shared, key=other.get))}
-        assert rank_first == rank_other  # the same order of ids for every shared token
-    assert first["[PAD]"] == 0 and first["[UNK]"] == 1
-    if all(set(v) == set(first) for v in vocabs):
-        assert all(v == first for v in vocabs)
+    tokenizers = [dm._train_tokenizer(texts).to_str() for _ in range(3)]
+    assert tokenizers[1] == tokenizers[0] and tokenizers[2] == tokenizers[0]
+    vocab = dm._train_tokenizer(texts).get_vocab()
+    assert vocab["[PAD]"] == 0 and vocab["[UNK]"] == 1 and len(vocab) == 3000
 
 
 def test_sst2_validation_text_is_never_inside_a_training_text(sst2, data_dir):

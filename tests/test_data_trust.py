@@ -165,6 +165,20 @@ def test_every_setting_that_changes_the_splits_changes_the_cache_key(tmp_path, k
     assert again.cache_hit is True and again.cache_dir == other.cache_dir
 
 
+def test_another_tokenizers_release_gets_its_own_cache(tmp_path, monkeypatch):
+    import tokenizers
+
+    data = {"text": [f"text number {i}" for i in range(24)], "label": [i % 2 for i in range(24)]}
+    for split in ("train", "test"):
+        write_split(tmp_path / "data", split, data)
+    base = toy_module(tmp_path / "data", tmp_path / "cache")
+    base.prepare_data()
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    other = toy_module(tmp_path / "data", tmp_path / "cache")
+    other.prepare_data()
+    assert other.cache_hit is False and other.cache_dir != base.cache_dir
+
+
 # ------------------------------------------------------------------------------------------ label names
 def test_labels_of_a_split_with_reordered_class_names_are_matched_by_name(tmp_path):
     texts = [f"text {w} number {i}" for i, w in enumerate(["good", "bad", "fine", "awful"] * 6)]

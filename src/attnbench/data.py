@@ -6,8 +6,11 @@ Hugging Face Hub (``load_dataset(hub_id)``). Both give the same rows and
 features.
 
 Splits: validation is carved from the training split with a fixed seed
-(``val_size``, ``split_seed``); the official held-out split (SST-2
-``validation``, IMDB/TREC ``test``) is only ever used as the test set.
+(``val_size``, ``split_seed``) so that no validation text equals or occurs
+inside a training text (group-aware, see :mod:`attnbench.splits`); the
+official held-out split (SST-2 ``validation``, IMDB/TREC ``test``) is only
+ever used as the test set, its overlaps with training counted in the log.
+Class names are matched by name across splits.
 
 Tokenizer: trained on the carved training rows only with HF ``tokenizers``
 (WordPiece, or byte-level BPE), then every split is tokenized once and cached
@@ -39,6 +42,7 @@ from typing import Any
 
 import datasets
 import pytorch_lightning as pl
+import tokenizers
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
@@ -413,6 +417,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             "val_size": self.val_size,
             "split_seed": self.split_seed,
             "tokenizer": self.tokenizer_cfg,
+            "tokenizers_version": tokenizers.__version__,  # another release may segment differently
             "max_length": self.max_length,
         }
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -722,8 +722,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
         how = ("phrase-level data: a phrase went with the sentences containing it" if leak["phrase_level"] else
                "identical texts kept on one side" + ("" if leak["containment_searched"] else
                                                      " (texts too long for the phrase-containment search)"))
-        log.info("%s: overlap with the training texts: %s; %s (validation carved from %s, %s).", self.name,
-                 part("val"), part("test"), self.train_split, how)
+        caps = " Counted on the full splits, before data.max_*_samples." if (
+            self.max_train_samples or self.max_eval_samples) else ""
+        log.info("%s: overlap with the training texts: %s; %s (validation carved from %s, %s).%s", self.name,
+                 part("val"), part("test"), self.train_split, how, caps)
 
     @property
     def num_classes(self) -> int:

@@ -695,7 +695,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
         def per_split(key: str) -> str:
             return ", ".join(f"{s} {c[key]:,}" + (f" of {n[s]:,}" if key == "truncated" and s in n else "")
-                             for s, c in counts.items() if c.get(key))
+                             for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
             log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))

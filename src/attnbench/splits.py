@@ -175,7 +175,7 @@ def carve_disjoint(texts: Sequence[str], n_val: int, seed: int) -> Carving:
     return Carving(train, val, phrase_level, searched, moved, {"units": len(units), "maximal_units": len(maximal)})
 
 
-def overlap_counts(train_texts: Sequence[str], texts: Sequence[str], seed: int = 0) -> dict[str, int | bool]:
+def overlap_counts(train_texts: Sequence[str], texts: Sequence[str], seed: int = 0) -> dict[str, int]:
     """How many of ``texts`` occur in ``train_texts``: identical, and as a substring of one.
 
     Both in normal form (:func:`normal_form`). ``verbatim``: equal to some training text (exact count over

@@ -6,8 +6,11 @@ Hugging Face Hub (``load_dataset(hub_id)``). Both give the same rows and
 features.
 
 Splits: validation is carved from the training split with a fixed seed
-(``val_size``, ``split_seed``); the official held-out split (SST-2
-``validation``, IMDB/TREC ``test``) is only ever used as the test set.
+(``val_size``, ``split_seed``) so that no validation text equals or occurs
+inside a training text (group-aware, see :mod:`attnbench.splits`); the
+official held-out split (SST-2 ``validation``, IMDB/TREC ``test``) is only
+ever used as the test set, its overlaps with training counted in the log.
+Class names are matched by name across splits.
 
 Tokenizer: trained on the carved training rows only with HF ``tokenizers``
 (WordPiece, or byte-level BPE), then every split is tokenized once and cached
@@ -39,15 +42,19 @@ from typing import Any
 
 import datasets
 import pytorch_lightning as pl
+import tokenizers
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from attnbench.distributed import eval_sampler
 from attnbench.errors import AttnbenchError
+from attnbench.paths import user_path
+from attnbench.splits import Carving, carve_disjoint, overlap_counts
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3  # 2: empty texts dropped, binary texts decoded; 3: canonical token ids
+CACHE_VERSION = 4  # 2: empty texts dropped, binary texts decoded; 3: canonical token ids;
+# 4: validation carved disjoint from training text, overlap counts in meta.json, deterministic WordPiece
 PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 SPLITS = ("train", "val", "test")
 
@@ -172,22 +179,41 @@ class PadCollator:
         return {"input_ids": ids, "padding_mask": padding_mask, "labels": labels, "num_tokens": int(sum(lengths))}
 
 
-def canonical_token_ids(tokenizer):
+def continuing_symbols(tokenizer, texts: list[str], prefix: str) -> list[str]:
+    """``prefix + c`` for every character ``c`` that occurs after the first position of a word, sorted.
+
+    Words are what ``tokenizer``'s normalizer and pre-tokenizer make of ``texts`` (the words a trainer
+    counts); ``texts`` are normalized and pre-tokenized in chunks of about 1 MB.
+    """
+    chars: set[str] = set()
+    for start in range(0, len(texts), 2048):
+        joined = "\n".join(texts[start : start + 2048])
+        if tokenizer.normalizer is not None:
+            joined = tokenizer.normalizer.normalize_str(joined)
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(joined):
+            chars.update(word[1:])
+    return [prefix + c for c in sorted(chars)]
+
+
+def canonical_token_ids(tokenizer, keep_added: list[str] | None = None):
     """The same tokenizer with its vocabulary renumbered: special tokens first, then the rest sorted.
 
-    HF ``tokenizers`` trainers break ties between equally frequent candidates
-    in hash-map order, which Rust randomises per process: two trainings on the
-    same texts gave different ids for 1,801 of 8,000 WordPiece tokens (and
-    differed in 8 rare tokens). Ids follow the vocabulary's sorted order
-    instead, so the same token gets the same id — and, with one seed, the same
-    embedding initialisation — whichever process trained the tokenizer. Only
-    the ids change: WordPiece and BPE segment by token strings (and BPE's
-    merges are stored as strings).
+    Ids follow the vocabulary's sorted order, so the same token gets the same
+    id — and, with one seed, the same embedding initialisation — and the
+    saved ``tokenizer.json`` is the same bytes whatever order a trainer
+    assigned them in. Only the ids change: WordPiece and BPE segment by token
+    strings (and BPE's merges are stored as strings).
+
+    Args:
+        keep_added: the added (special) tokens to keep as such; other added tokens become plain vocabulary
+            entries. ``None`` keeps them all.
     """
     from tokenizers import Tokenizer
 
     data = json.loads(tokenizer.to_str())
     vocab: dict[str, int] = data["model"]["vocab"]
+    if keep_added is not None:
+        data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["content"] in keep_added]
     special = sorted((t["content"] for t in data.get("added_tokens", []) if t["content"] in vocab), key=vocab.get)
     ordered = special + sorted(t for t in vocab if t not in set(special))
     data["model"]["vocab"] = {token: i for i, token in enumerate(ordered)}
@@ -225,7 +251,7 @@ def column(ds: datasets.Dataset, name: str) -> list[Any]:
 def _resolve_local_dir(local_dir: str | os.PathLike | None) -> Path | None:
     if local_dir in (None, ""):
         return None
-    return Path(os.path.expanduser(str(local_dir))).resolve()
+    return user_path(local_dir)
 
 
 class TextClassificationDataModule(pl.LightningDataModule):
@@ -295,7 +321,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.train_split = train_split
         self.test_split = test_split
         self.local_dir = _resolve_local_dir(local_dir)
-        self.cache_root = Path(os.path.expanduser(str(cache_dir))).resolve()
+        self.cache_root = user_path(cache_dir)
         self.val_size = val_size
         self.split_seed = split_seed
         self.max_length = int(max_length)
@@ -385,12 +411,14 @@ class TextClassificationDataModule(pl.LightningDataModule):
         spec = {
             "version": CACHE_VERSION,
             "name": self.name,
+            "source": [self.hub_id, self.hub_config, str(self.local_dir)],
             "fingerprints": {s: getattr(raw[s], "_fingerprint", None) for s in raw},
             "columns": [self.text_column, self.label_column],
             "splits": [self.train_split, self.test_split],
             "val_size": self.val_size,
             "split_seed": self.split_seed,
             "tokenizer": self.tokenizer_cfg,
+            "tokenizers_version": tokenizers.__version__,  # another release may segment differently
             "max_length": self.max_length,
         }
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -405,6 +433,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
                         "Set data.text_column / data.label_column."
                     )
         feature = raw[self.train_split].features[self.label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            self._align_class_names(raw, list(feature.names))
         train_labels = column(raw[self.train_split], self.label_column)
         string_labels = not isinstance(feature, datasets.ClassLabel) and bool(train_labels) and all(
             isinstance(y, str) for y in train_labels if y is not None)
@@ -445,6 +475,29 @@ class TextClassificationDataModule(pl.LightningDataModule):
             )
         return names
 
+    def _align_class_names(self, raw: datasets.DatasetDict, names: list[str]) -> None:
+        """Make every split's ``ClassLabel`` ids mean the training split's class names (in place).
+
+        A split listing the same names in another order is re-numbered by name
+        (``datasets.Dataset.align_labels_with_mapping``); before, its ids were
+        taken as they were and every label of a reordered test split was flipped.
+
+        Raises:
+            DataConfigError: a split's class names are not the training split's.
+        """
+        for split, ds in list(raw.items()):
+            other = ds.features[self.label_column]
+            if split == self.train_split or not isinstance(other, datasets.ClassLabel) or list(other.names) == names:
+                continue
+            if sorted(other.names) != sorted(names):
+                raise DataConfigError(
+                    f"{self.name}/{split}: its class names {list(other.names)} are not those of "
+                    f"{self.name}/{self.train_split} {names}; labels are matched by name, so the splits must name "
+                    "the same classes. Fix the files' ClassLabel names, or set data.label_column / data.test_split.")
+            log.info("%s/%s lists the classes in another order (%s) than %s (%s): its labels are matched by name.",
+                     self.name, split, list(other.names), self.train_split, names)
+            raw[split] = ds.align_labels_with_mapping({n: i for i, n in enumerate(names)}, self.label_column)
+
     def _label_ids(self, labels: list[Any], names: list[str]) -> list[int]:
         """Labels as class indices (string labels are mapped through ``names``)."""
         if labels and isinstance(labels[0], str):
@@ -462,8 +515,16 @@ class TextClassificationDataModule(pl.LightningDataModule):
             tok.normalizer = normalizers.BertNormalizer(lowercase=bool(cfg["lowercase"]))
             tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             tok.decoder = decoders.WordPiece()
+            # The trainer gives each continuing-subword symbol ("##e") its id when it first meets it while
+            # walking the word counts, a hash map whose order Rust randomises per process, and breaks ties
+            # between equally frequent merges by those ids: two processes learned different vocabularies.
+            # Registering every such symbol up front, in sorted order (as extra special tokens, the trainer's
+            # first ids), makes the ids, hence every tie, the same in every process. They are plain
+            # vocabulary entries again afterwards (not added tokens), so "##e" in a text is not matched whole.
+            continuing = continuing_symbols(tok, texts, "##")
             trainer = trainers.WordPieceTrainer(
-                vocab_size=int(cfg["vocab_size"]), min_frequency=int(cfg["min_frequency"]), special_tokens=special
+                vocab_size=int(cfg["vocab_size"]), min_frequency=int(cfg["min_frequency"]),
+                special_tokens=special + continuing, continuing_subword_prefix="##",
             )
         elif cfg["kind"] == "bytes":
             # One token per UTF-8 byte, nothing learned: the Long Range Arena "Text" setting (Tay et al. 2021).
@@ -489,17 +550,32 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             )
         tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-        tok = canonical_token_ids(tok)
+        tok = canonical_token_ids(tok, keep_added=special)
         tok.enable_truncation(self.max_length)
         return tok
 
-    def _carve(self, train: datasets.Dataset) -> tuple[datasets.Dataset, datasets.Dataset]:
+    def _carve(self, train: datasets.Dataset, texts: list[str]) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
+        """Validation carved from ``train`` (whose texts are ``texts``) sharing no source text with what is left.
+
+        See :mod:`attnbench.splits`: identical texts stay together, a phrase goes with the sentences that
+        contain it, and no validation text is a substring of a training text.
+
+        Raises:
+            DataConfigError: ``data.val_size`` leaves no rows for one side.
+        """
         n = len(train)
         n_val = round(self.val_size * n) if self.val_size < 1 else int(self.val_size)
         if not 1 <= n_val < n:
             raise DataConfigError(f"data.val_size={self.val_size} leaves no rows for train or val ({n} rows)")
-        parts = train.train_test_split(test_size=n_val, seed=self.split_seed, shuffle=True)
-        return parts["train"], parts["test"]
+        carving = carve_disjoint(texts, n_val, self.split_seed)
+        if not carving.val or not carving.train:
+            raise DataConfigError(
+                f"{self.name}/{self.train_split}: no validation set of about {n_val} rows shares no text with the "
+                f"training rows (the texts are all contained in each other); raise data.val_size.")
+        if len(carving.val) < n_val:
+            log.info("%s: validation has %d rows (data.val_size asks %d): whole groups of texts that share source "
+                     "text go to one side.", self.name, len(carving.val), n_val)
+        return train.select(carving.train), train.select(carving.val), carving
 
     def _clean(self, ds: datasets.Dataset, split: str, stats: SplitStats) -> tuple[datasets.Dataset, list[str]]:
         """Rows of ``ds`` with a non-empty text (policy above), and their texts as ``str``."""
@@ -521,9 +597,13 @@ class TextClassificationDataModule(pl.LightningDataModule):
         test_src = raw[self.test_split].add_column("row_id", list(range(len(raw[self.test_split]))))
         train_src, _ = self._clean(train_src, "train", stats)
         test_src, test_texts = self._clean(test_src, "test", stats)
-        train, val = self._carve(train_src)
-        texts = {"train": clean_texts(column(train, self.text_column), "", "")[0],
-                 "val": clean_texts(column(val, self.text_column), "", "")[0], "test": test_texts}
+        train_texts = clean_texts(column(train_src, self.text_column), "", "")[0]
+        train, val, carving = self._carve(train_src, train_texts)
+        texts = {"train": [train_texts[i] for i in carving.train], "val": [train_texts[i] for i in carving.val],
+                 "test": test_texts}
+        leakage = {split: overlap_counts(texts["train"], texts[split], seed=self.split_seed) for split in ("val", "test")}
+        leakage.update(phrase_level=carving.phrase_level, containment_searched=carving.containment_searched,
+                       moved_to_train=carving.moved_to_train, **carving.info)
         log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
         tokenizer = self._train_tokenizer(texts["train"])
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -548,6 +628,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 "counts": counts,
                 "source": self._source,
                 "bad_rows": stats.counts,
+                "leakage": leakage,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
             try:
@@ -598,6 +679,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 ds = ds.shuffle(seed=self.split_seed).select(range(int(caps[split])))
             self.splits[split] = TokenizedSplit(column(ds, "input_ids"), column(ds, "label"), column(ds, "row_id"))
         self._log_bad_rows(meta)
+        self._log_leakage(meta)
         log.info(
             "%s: %s rows (train/val/test), %d classes %s, vocab %d",
             self.name,
@@ -614,7 +696,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
         def per_split(key: str) -> str:
             return ", ".join(f"{s} {c[key]:,}" + (f" of {n[s]:,}" if key == "truncated" and s in n else "")
-                             for s, c in counts.items() if c.get(key))
+                             for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
             log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))
@@ -624,6 +706,27 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if per_split("truncated"):
             log.info("%s: texts longer than data.max_length=%d tokens, truncated: %s (raise data.max_length to "
                      "keep more of them).", self.name, self.max_length, per_split("truncated"))
+
+    def _log_leakage(self, meta: dict[str, Any]) -> None:
+        """One log line: how many validation and test texts occur in the training texts (counts before caps)."""
+        leak = meta.get("leakage")
+        if not leak:
+            return
+
+        def part(split: str) -> str:
+            c = leak[split]
+            sub = f"{c['substring']:,} contained as a substring"
+            if c["substring_checked"] < c["n"]:
+                sub += f" (searched a sample of {c['substring_checked']:,})"
+            return f"{split} {c['verbatim']:,} of {c['n']:,} identical to a training text, {sub}"
+
+        how = ("phrase-level data: a phrase went with the sentences containing it" if leak["phrase_level"] else
+               "identical texts kept on one side" + ("" if leak["containment_searched"] else
+                                                     " (texts too long for the phrase-containment search)"))
+        caps = " Counted on the full splits, before data.max_*_samples." if (
+            self.max_train_samples or self.max_eval_samples) else ""
+        log.info("%s: overlap with the training texts: %s; %s (validation carved from %s, %s).%s", self.name,
+                 part("val"), part("test"), self.train_split, how, caps)
 
     @property
     def num_classes(self) -> int:

@@ -44,6 +44,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.optim import OptimSettings, check_precision
+from attnbench.paths import user_path
 
 log = logging.getLogger("attnbench")
 
@@ -102,7 +103,7 @@ def check_run_config(cfg: DictConfig) -> None:
             raise ConfigError(f"trainer.{key} must be an integer >= 1, or -1 for no limit, got {value!r} "
                               "(0 would test an untrained model)")
     ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not Path(str(ckpt_path)).is_file():
+    if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not user_path(ckpt_path).is_file():
         raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
                           "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
     _check_optim(cfg.get("optim") or {})

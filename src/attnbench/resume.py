@@ -35,6 +35,7 @@ import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
 from attnbench.errors import ConfigError
+from attnbench.paths import user_path
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path) -> str | None:
             log.warning("ckpt_path=last: no checkpoint in %s yet; training from scratch.", output_dir / "checkpoints")
             return None
         return str(candidates[-1])
-    path = Path(str(ckpt_path)).expanduser()
+    path = user_path(ckpt_path)  # relative: from the launch dir, also under hydra.job.chdir=true
     if not path.is_file():
         raise ConfigError(
             f"ckpt_path={ckpt_path}: no such checkpoint file. Give a .ckpt file, or ckpt_path=last together with "

@@ -1,0 +1,239 @@
+"""Measurements to trust: held-out text never inside training text, tokenizers the same in every process,
+a cache key of every setting that changes the tokenized splits, labels matched by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+
+from attnbench.data import DataConfigError, TextClassificationDataModule
+from attnbench.splits import carve_disjoint, normal_form
+
+from .conftest import REPO_ROOT, train_env
+from .test_data_faults import toy_module, write_split
+
+# ----------------------------------------------------------------------------------------------- carving
+SENTENCES = [f"the {a} film was {b} and {c}" for a in ("long", "short", "odd", "new", "old")
+             for b in ("good", "bad", "dull", "fine") for c in ("funny", "slow", "sad")]
+
+
+def phrase_rows() -> dict[str, list]:
+    """Phrase-level data like SST-2 under any name: each sentence, its sub-phrases, and some verbatim repeats."""
+    texts = []
+    for s in SENTENCES:
+        w = s.split()
+        texts += [s, " ".join(w[1:3]), " ".join(w[3:5]), " ".join(w[:5]), " ".join(w[4:])]
+    texts += SENTENCES[:10] + ["Was GOOD  and funny"]  # exact repeats, and a repeat up to case and spaces
+    return {"text": texts, "label": [i % 2 for i in range(len(texts))]}
+
+
+def test_carving_is_group_aware_for_any_phrase_level_dataset(tmp_path):
+    data = phrase_rows()
+    for split in ("train", "test"):
+        write_split(tmp_path / "data", split, data)
+    dm = toy_module(tmp_path / "data", tmp_path / "cache", val_size=0.2)
+    dm.setup()
+    texts = data["text"]
+    train = [normal_form(texts[r]) for r in dm.splits["train"].row_ids]
+    val = [normal_form(texts[r]) for r in dm.splits["val"].row_ids]
+    assert len(val) >= 0.15 * len(texts) and len(train) + len(val) == len(texts)
+    joined = "\n".join(train)
+    assert [t for t in val if t in joined] == []  # no validation text inside a training text
+    meta = json.loads((dm.cache_dir / "meta.json").read_text())
+    assert meta["leakage"]["phrase_level"] is True
+    assert meta["leakage"]["val"]["substring"] == 0 and meta["leakage"]["val"]["verbatim"] == 0
+    # The test split is the same rows: the training rows are counted in the training texts, the validation ones not.
+    assert meta["leakage"]["test"] == {"n": len(texts), "verbatim": len(train), "substring": len(train),
+                                       "substring_checked": len(texts)}
+
+
+def test_carving_keeps_identical_texts_on_one_side():
+    texts = [f"question {i % 40:02d} here" for i in range(400)]  # 40 texts, each 10 times
+    carving = carve_disjoint(texts, 100, seed=0)
+    val = {texts[i] for i in carving.val}
+    assert len(carving.val) == 100 and len(val) == 10  # whole groups of 10
+    assert not val & {texts[i] for i in carving.train}
+    assert carving.phrase_level is False and carving.moved_to_train == 0
+
+
+def test_a_phrase_goes_to_validation_only_with_every_sentence_that_contains_it():
+    texts = ["a b c d", "b c", "c d", "e f g", "f g", "b c", "x b c y"]  # "b c" is in two sentences, and twice
+    for seed in range(20):
+        carving = carve_disjoint(texts, 3, seed=seed)
+        val = [texts[i] for i in carving.val]
+        train = "\n".join(texts[i] for i in carving.train)
+        assert not [t for t in val if t in train], seed
+        assert sorted(carving.train + carving.val) == list(range(7))
+        assert ("b c" in val) == ("a b c d" in val and "x b c y" in val)
+
+
+# -------------------------------------------------------------------------------------- tokenizers
+TRAIN_TOKENIZERS = r"""
+import sys, pandas as pd
+from pathlib import Path
+from attnbench.data import TextClassificationDataModule
+from omegaconf import OmegaConf
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+for name, n in (("sst2", 20000), ("trec", None), ("imdb", 1500)):
+    cfg = OmegaConf.load(f"conf/data/{name}.yaml")
+    if name != "sst2":
+        cfg = OmegaConf.merge(OmegaConf.load("conf/data/sst2.yaml"), cfg)
+    texts = pd.read_parquet(root / name / "train.parquet")[cfg.text_column].tolist()[:n]
+    for kind in ("wordpiece", "byte_bpe", "bytes"):
+        tok = {**OmegaConf.to_container(cfg.tokenizer), "kind": kind}
+        dm = TextClassificationDataModule(name=name, hub_id="x", text_column="t", label_column="l", local_dir=None,
+                                          cache_dir=str(out), max_length=int(cfg.max_length), tokenizer=tok)
+        dm._train_tokenizer(texts).save(str(out / f"{name}-{kind}.json"))
+"""
+
+
+def test_tokenizers_trained_in_separate_processes_are_byte_identical(data_dir, tmp_path):
+    """Every kind, every dataset config's settings: ``tokenizer.json`` the same bytes from two fresh processes.
+
+    Before: WordPiece gave a different vocabulary in every process (TREC: 3 processes, 3 vocabularies).
+    """
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"p{i}"
+        out.mkdir()
+        proc = subprocess.run([sys.executable, "-c", TRAIN_TOKENIZERS, str(data_dir), str(out)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append(out)
+    files = sorted(p.name for p in outs[0].glob("*.json"))
+    assert len(files) == 9
+    for name in files:
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
+    vocab = json.loads((outs[0] / "trec-wordpiece.json").read_text())
+    assert [t["content"] for t in vocab["added_tokens"]] == ["[PAD]", "[UNK]"]  # "##x" are not added tokens
+    assert len(vocab["model"]["vocab"]) == 8000
+
+
+REPRO = ["model=tiny", "data=trec", "data.max_train_samples=320", "data.max_eval_samples=128",
+         "trainer.max_epochs=1", "trainer.deterministic=true", "logger=csv", "trainer.enable_progress_bar=false"]
+
+
+def test_two_fresh_caches_give_the_same_run(data_dir, tmp_path):
+    """The issue's reproducer: test/acc 0.515625 vs 0.484375 with two empty caches before; now identical."""
+    metrics = []
+    for i in range(2):
+        env = train_env(data_dir, tmp_path / f"cache{i}")
+        proc = subprocess.run([sys.executable, "train.py", *REPRO, f"hydra.run.dir={tmp_path / f'run{i}'}"],
+                              cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        metrics.append(json.loads((tmp_path / f"run{i}" / "metrics.json").read_text()))
+        tok = (next((tmp_path / f"cache{i}").glob("trec-*")) / "tokenizer.json").read_bytes()
+        metrics[-1]["tokenizer"] = tok
+    keys = ("test/acc", "val/acc", "val/acc_best", "test/f1_macro")
+    assert [metrics[0][k] for k in keys] == [metrics[1][k] for k in keys]
+    assert metrics[0]["tokenizer"] == metrics[1]["tokenizer"]
+
+
+# ------------------------------------------------------------------------------------------ cache key
+KEY_SETTINGS = [
+    ("text_column", "text2"), ("label_column", "label2"), ("train_split", "train2"), ("test_split", "test2"),
+    ("val_size", 5), ("split_seed", 7), ("max_length", 8), ("tokenizer", {"kind": "byte_bpe"}),
+    ("tokenizer", {"kind": "bytes"}), ("tokenizer", {"vocab_size": 150}), ("tokenizer", {"lowercase": False}),
+    ("tokenizer", {"min_frequency": 2}), ("name", "toy2"), ("hub_config", "other"),
+]
+
+
+@pytest.mark.parametrize("key, value", KEY_SETTINGS, ids=[f"{k}={v}" for k, v in KEY_SETTINGS])
+def test_every_setting_that_changes_the_splits_changes_the_cache_key(tmp_path, key, value):
+    data = {"text": [f"{w} Movie number {i}" for i, w in enumerate(["Good", "BAD", "fine"] * 8)],
+            "label": [0, 1, 0] * 8}
+    data2 = {"text2": data["text"][::-1], "label2": data["label"][::-1]}
+    feats = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["n", "p"]),
+                               "text2": datasets.Value("string"), "label2": datasets.ClassLabel(names=["n", "p"])})
+    for split in ("train", "test", "train2", "test2"):
+        for name in ("toy", "toy2"):
+            write_split(tmp_path / "data", split, {**data, **data2}, feats, name=name)
+    base = toy_module(tmp_path / "data", tmp_path / "cache")
+    base.prepare_data()
+    if key == "tokenizer":
+        value = {**base.tokenizer_cfg, **value}
+    other = toy_module(tmp_path / "data", tmp_path / "cache", **{key: value})
+    other.prepare_data()
+    assert other.cache_hit is False and other.cache_dir != base.cache_dir
+    again = toy_module(tmp_path / "data", tmp_path / "cache", **{key: value})
+    again.prepare_data()
+    assert again.cache_hit is True and again.cache_dir == other.cache_dir
+
+
+def test_another_tokenizers_release_gets_its_own_cache(tmp_path, monkeypatch):
+    import tokenizers
+
+    data = {"text": [f"text number {i}" for i in range(24)], "label": [i % 2 for i in range(24)]}
+    for split in ("train", "test"):
+        write_split(tmp_path / "data", split, data)
+    base = toy_module(tmp_path / "data", tmp_path / "cache")
+    base.prepare_data()
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    other = toy_module(tmp_path / "data", tmp_path / "cache")
+    other.prepare_data()
+    assert other.cache_hit is False and other.cache_dir != base.cache_dir
+
+
+# ------------------------------------------------------------------------------------------ label names
+def test_labels_of_a_split_with_reordered_class_names_are_matched_by_name(tmp_path):
+    texts = [f"text {w} number {i}" for i, w in enumerate(["good", "bad", "fine", "awful"] * 6)]
+    names = ["negative", "positive"]
+    train = {"text": texts, "label": [i % 2 for i in range(24)]}  # 0 = negative
+    test = {"text": texts[:8], "label": [1 - (i % 2) for i in range(8)]}  # 0 = positive there: same classes
+    write_split(tmp_path / "data", "train", train, datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)}))
+    write_split(tmp_path / "data", "test", test, datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names[::-1])}))
+    dm = toy_module(tmp_path / "data", tmp_path / "cache")
+    dm.setup()
+    assert dm.label_names == names
+    # Row i of test is class names[i % 2] by name: ids follow train's order.
+    assert [dm.splits["test"].labels[dm.splits["test"].row_ids.index(i)] for i in range(8)] == [i % 2 for i in range(8)]
+
+
+def test_a_split_with_other_class_names_is_refused_naming_them(tmp_path):
+    write_split(tmp_path / "data", "train", {"text": ["a b", "c d", "e f"] * 4, "label": [0, 1, 0] * 4},
+                datasets.Features({"text": datasets.Value("string"),
+                                   "label": datasets.ClassLabel(names=["negative", "positive"])}))
+    write_split(tmp_path / "data", "test", {"text": ["a b", "c d"], "label": [0, 1]},
+                datasets.Features({"text": datasets.Value("string"),
+                                   "label": datasets.ClassLabel(names=["neg", "pos"])}))
+    with pytest.raises(DataConfigError) as err:
+        toy_module(tmp_path / "data", tmp_path / "cache").prepare_data()
+    msg = str(err.value)
+    assert "toy/test" in msg and "['neg', 'pos']" in msg and "['negative', 'positive']" in msg
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+# ------------------------------------------------------------------------------------- relative paths
+TINY = ["model=tiny", "data=trec", "data.max_train_samples=64", "data.max_eval_samples=32", "logger=csv",
+        "trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.parametrize("chdir", [False, True])
+def test_relative_paths_resolve_against_the_launch_dir(data_dir, tmp_path, chdir):
+    """Before: under hydra.job.chdir=true a relative data.local_dir was looked for inside the run dir and failed."""
+    (tmp_path / "mydata").symlink_to(data_dir, target_is_directory=True)
+    env = train_env(data_dir, tmp_path / "unused-cache")
+    env.pop("ATTNBENCH_DATA_DIR")
+
+    def train(*extra: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([sys.executable, str(REPO_ROOT / "train.py"), *TINY, f"hydra.job.chdir={chdir}",
+                               "data.local_dir=mydata", "data.cache_dir=mycache", *extra],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc
+
+    train("trainer.max_epochs=1", "hydra.run.dir=runs/a")
+    assert list((tmp_path / "mycache").glob("trec-*/meta.json"))  # the cache is where the user said
+    assert not (tmp_path / "runs" / "a" / "mycache").exists() and not (tmp_path / "unused-cache").exists()
+    ckpt = "runs/a/checkpoints/last.ckpt"
+    assert (tmp_path / ckpt).is_file()
+    train("trainer.max_epochs=2", "hydra.run.dir=runs/b", f"ckpt_path={ckpt}")
+    metrics = json.loads((tmp_path / "runs" / "b" / "metrics.json").read_text())
+    assert metrics["resumed_from"] == str((tmp_path / ckpt).resolve())

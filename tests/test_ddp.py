@@ -25,10 +25,12 @@ RUN = [
 ]
 # Two processes see the data in a different order (DistributedSampler shards a different permutation) and draw
 # different dropout masks, so the runs differ as two seeds of one process do. Measured on this config:
-# 1 process vs 2 processes 0.7259 vs 0.7259 (seed 0), 0.7305 vs 0.7317 (seed 1); seeds 0 and 1 of one process
-# differ by 0.005. 0.02 (17 of 872 sentences) is four times that spread and far below the 0.22 learned above
-# the majority class.
-TOLERANCE = 0.02
+# 1 process vs 2 processes 0.7259 vs 0.7259 (seed 0), 0.7305 vs 0.7317 (seed 1) with the old random validation
+# carve; with the group-aware carve the two runs can select different epochs on val/acc (epoch 0 vs 1 measured),
+# and then differed by 0.0298 (0.7110 vs 0.7408). 0.04 (35 of 872 sentences) covers that spread and stays far
+# below the ~0.2 learned above the majority class. This is a statistical check; the exact DDP checks are the
+# evaluation counts (test_ddp_eval_counts_every_row_once...) and the step count below.
+TOLERANCE = 0.04
 
 
 def _train(args: list[str], env: dict[str, str]) -> None:
@@ -54,8 +56,14 @@ def test_ddp_cpu_is_one_job_and_matches_one_process(tmp_path, data_dir, cache_di
     assert ddp["world_size"] == 2 and one["world_size"] == 1
     assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1  # one W&B run
     assert (run_dir / "train_rank1.log").is_file()  # rank 1 logs beside the job's train.log
-    # same global batch, same number of optimizer steps
-    assert Path(ddp["best_checkpoint"]).name.split("-")[1] == Path(one["best_checkpoint"]).name.split("-")[1]
+    # same global batch, same number of optimizer steps: read from each run's last checkpoint (which epoch is
+    # *best* may differ, as between two seeds, so the best checkpoint's name is not compared)
+    import torch
+
+    def last_step(run: Path) -> int:
+        return int(torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"])
+
+    assert last_step(run_dir) == last_step(single) == 250  # 4,000 rows / 32 per step x 2 epochs
     # throughput counts both processes' samples
     assert ddp["train/samples_per_sec"] > 0 and ddp["test/samples_per_sec"] > 0
     print(f"test/acc: 1 process (batch 32) {one['test/acc']:.4f}, 2 processes (2 x 16) {ddp['test/acc']:.4f}; "

@@ -14,6 +14,15 @@ Reported: non-padding tokens per second over the steps after ``--warmup``
 (seconds of wall time, data loading included), and the ratio attnbench / bare.
 Each side runs ``--repeats`` times, alternating, and the best run counts.
 
+``--batching random,length_grouped`` compares batching modes (``data.batching``)
+inside attnbench's training step, interleaved, and reports for each in the
+same run: tokens/s, useful vs padded tokens, FLOPs per step (forward +
+backward, ``torch.utils.flop_counter.FlopCounterMode``) on the padded batches
+and on the same examples without padding (useful FLOPs), the machine's fp32
+GEMM peak measured at the same thread count, and model FLOP utilisation
+(MFU = useful FLOP/s / peak; also on padded FLOPs), plus the tokens/s ratio to
+the first mode.
+
 ``--attention scaled_dot,euclidean,cosine`` instead compares score functions
 inside attnbench's training step (same batches, runs interleaved, best of
 ``--repeats``) and prints each one's tokens/s and its ratio to the first.
@@ -22,6 +31,7 @@ inside attnbench's training step (same batches, runs interleaved, best of
     python scripts/bench_train.py --steps 100 --model tiny
     python scripts/bench_train.py --attention scaled_dot,euclidean,cosine --repeats 3
     python scripts/bench_train.py --diagnostics --repeats 3   # overhead of the attention diagnostics
+    taskset -c 1 python scripts/bench_train.py --threads 1 --batching random,length_grouped
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import argparse
 import os
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -39,6 +50,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.callbacks import RunStats, batch_size, num_tokens
 from attnbench.module import TextClassifierModule
@@ -90,6 +102,67 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
     return tokens / (time.perf_counter() - t0)
 
 
+def gemm_peak_flops(sizes: tuple[int, ...] = (512, 1024, 2048), repeats: int = 5) -> float:
+    """The machine's fp32 GEMM rate in FLOP/s at the current ``torch.get_num_threads()``.
+
+    Best over square ``torch.mm`` sizes and ``repeats`` timings each (2·n³ FLOP
+    per product), after one untimed product per size: the practical peak a
+    model's matmuls can reach on this CPU and thread count.
+    """
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        reps = max(1, int(2e9 // (2 * n**3)))  # ~2 GFLOP per timing
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b)
+            best = max(best, reps * 2 * n**3 / (time.perf_counter() - t0))
+    return best
+
+
+def step_flops(module: nn.Module, input_ids: torch.Tensor, padding_mask: torch.Tensor,
+               labels: torch.Tensor) -> int:
+    """FLOPs of one training step's forward + backward (cross-entropy loss) on one batch (``FlopCounterMode``:
+    matmuls, convolutions and SDPA; elementwise work is not counted). Gradients are discarded."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loss = F.cross_entropy(module(input_ids, padding_mask), labels)
+        loss.backward()
+    module.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def flops_of_batches(module: nn.Module, batches: list[dict]) -> dict[str, float]:
+    """Padded and useful FLOPs of ``batches`` (forward + backward), summed, and their token counts.
+
+    Padded: each batch as collated (B × its widest sequence). Useful: the same
+    examples without padding, i.e. each example at its own length L, from
+    ``step_flops`` of one unpadded sequence of length L (counted FLOPs are
+    linear in the batch size, so a batch of B sequences of length L costs
+    B × that).
+    """
+    @lru_cache(maxsize=None)
+    def per_sequence(length: int) -> int:
+        ids = torch.ones(1, length, dtype=torch.long)
+        return step_flops(module, ids, torch.zeros(1, length, dtype=torch.bool), torch.zeros(1, dtype=torch.long))
+
+    padded = useful = 0
+    tokens = positions = 0
+    for batch in batches:
+        b, width = batch["input_ids"].shape
+        padded += b * per_sequence(width)
+        useful += sum(per_sequence(int(n)) for n in (~batch["padding_mask"]).sum(-1).tolist())
+        tokens += int(batch["num_tokens"])
+        positions += b * width
+    first = batches[0]
+    direct = step_flops(module, first["input_ids"], first["padding_mask"], first["labels"])
+    assert direct == first["input_ids"].shape[0] * per_sequence(first["input_ids"].shape[1]), "FLOPs not linear in B"
+    return {"padded_flops": float(padded), "useful_flops": float(useful), "tokens": float(tokens),
+            "positions": float(positions)}
+
+
 def _datamodule(cfg):
     """The config's data module, prepared (tokenized, or read from the cache) and set up for fitting."""
     dm = instantiate(cfg.data)
@@ -130,10 +203,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, best counts (default: 2)")
     parser.add_argument("--attention", default=None,
                         help="comma-separated score functions to compare inside attnbench (first = reference)")
+    parser.add_argument("--batching", default=None,
+                        help="comma-separated data.batching modes to compare inside attnbench, with FLOPs and MFU "
+                             "(first = reference), e.g. random,length_grouped")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's choice); pin cores with taskset")
     parser.add_argument("--diagnostics", action="store_true",
                         help="measure the attention-diagnostics callback's overhead (with vs without, interleaved)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. data.batch_size=32")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if args.batching:
+        return compare_batching(args)
     if args.attention:
         return compare_attention(args)
     if args.diagnostics:
@@ -163,6 +245,59 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"  {side:<10} train tokens/s: {best[side]:>10,.0f}   (runs: {runs})")
     print(f"  ratio attnbench / bare: {ratio:.3f}")
     return {**best, "ratio": ratio}
+
+
+def compare_batching(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Tokens/s, FLOPs per step, padding and MFU of several ``data.batching`` modes, interleaved, in one run."""
+    names = [n.strip() for n in args.batching.split(",") if n.strip()]
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfgs = {n: compose("train", overrides=["attention=scaled_dot", f"model={args.model}", f"data.batching={n}",
+                                               *args.overrides]) for n in names}
+    first = cfgs[names[0]]
+    dms = {n: _datamodule(cfgs[n]) for n in names}
+    threads = torch.get_num_threads()
+    peak = gemm_peak_flops()
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(args.repeats):
+            for n in names:
+                pl.seed_everything(first.seed, workers=True)
+                rates[n].append(lightning_run(cfgs[n], dms[n], args.steps, args.warmup, log_dir))
+    peak_after = gemm_peak_flops()
+    peak_used = max(peak, peak_after)  # on a shared machine the less disturbed measurement is the closer one
+    out: dict[str, dict[str, float]] = {}
+    for n in names:
+        dm = dms[n]
+        pl.seed_everything(first.seed, workers=True)  # the batches the timed steps saw (epoch 0, same seed)
+        batches = [b for b, _ in zip(dm.train_dataloader(), range(args.steps))][args.warmup:]
+        module = TextClassifierModule(vocab_size=dm.vocab_size, num_classes=dm.num_classes,
+                                      max_length=dm.max_length, pad_id=dm.pad_id, **module_kwargs(cfgs[n]))
+        f = flops_of_batches(module.train(), batches)
+        rate = max(rates[n])
+        steps_per_sec = rate / (f["tokens"] / len(batches))
+        useful_rate = f["useful_flops"] / len(batches) * steps_per_sec
+        out[n] = {"tokens_per_sec": rate, "useful_frac": f["tokens"] / f["positions"],
+                  "padded_flops_per_step": f["padded_flops"] / len(batches),
+                  "useful_flops_per_step": f["useful_flops"] / len(batches),
+                  "step_ms": 1e3 / steps_per_sec, "useful_flops_per_sec": useful_rate,
+                  "mfu_useful": useful_rate / peak_used, "peak_flops_per_sec": peak_used,
+                  "mfu_padded": f["padded_flops"] / len(batches) * steps_per_sec / peak_used}
+    print(f"\nmodel={args.model}, data={first.data.name}, batch={first.data.batch_size}, {args.steps} steps "
+          f"({args.warmup} warm-up), best of {args.repeats} interleaved runs, torch {torch.__version__}, "
+          f"{threads} threads; fp32 GEMM peak at {threads} threads {peak / 1e9:.1f} GFLOP/s before the runs, "
+          f"{peak_after / 1e9:.1f} after; MFU uses the higher")
+    for n in names:
+        r = out[n]
+        runs = ", ".join(f"{x:,.0f}" for x in rates[n])
+        print(f"  {n:<15} train tokens/s {r['tokens_per_sec']:>9,.0f} (runs: {runs})  ratio to {names[0]}: "
+              f"{r['tokens_per_sec'] / out[names[0]]['tokens_per_sec']:.2f}x")
+        print(f"  {'':<15} useful tokens {r['useful_frac']:.1%} of positions; step {r['step_ms']:.1f} ms; FLOPs/step "
+              f"(fwd+bwd) padded {r['padded_flops_per_step'] / 1e9:.3f} G, useful "
+              f"{r['useful_flops_per_step'] / 1e9:.3f} G")
+        print(f"  {'':<15} useful {r['useful_flops_per_sec'] / 1e9:.1f} GFLOP/s: MFU useful {r['mfu_useful']:.1%}, "
+              f"padded {r['mfu_padded']:.1%}")
+    return out
 
 
 def compare_attention(args: argparse.Namespace) -> dict[str, float]:

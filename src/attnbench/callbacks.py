@@ -318,13 +318,11 @@ class AttentionDiagnostics(pl.Callback):
         if datamodule is None:
             self._probe = None
             return
-        loader = datamodule.val_dataloader()
-        if isinstance(loader.sampler, torch.utils.data.DistributedSampler):
-            # under DDP the loader holds this process's shard; the probe is the split's first rows on every process
-            loader = torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size,
-                                                 collate_fn=loader.collate_fn)
-        batch = next(iter(loader))
         n = self.probe_size
+        from attnbench.data import PadCollator
+
+        val = datamodule.splits["val"]  # the first probe_size rows, whatever order the val batches come in
+        batch = PadCollator(datamodule.pad_id)([val[i] for i in range(min(n, len(val)))])
         mask = batch["padding_mask"][:n]
         width = max(1, int((~mask).sum(-1).max()))  # drop all-padding columns
         self._probe = {"input_ids": batch["input_ids"][:n, :width], "padding_mask": mask[:, :width]}

@@ -44,7 +44,7 @@ import datasets
 import pytorch_lightning as pl
 import tokenizers
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler
 
 from attnbench.distributed import eval_sampler
 from attnbench.errors import AttnbenchError
@@ -57,6 +57,7 @@ CACHE_VERSION = 4  # 2: empty texts dropped, binary texts decoded; 3: canonical 
 # 4: validation carved disjoint from training text, overlap counts in meta.json, deterministic WordPiece
 PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 SPLITS = ("train", "val", "test")
+BATCHING = ("random", "length_grouped")
 
 
 class DataUnavailableError(AttnbenchError, RuntimeError):
@@ -153,6 +154,77 @@ class EpochShuffleSampler(RandomSampler):
     def __iter__(self):
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+
+class LengthGroupedBatchSampler(BatchSampler):
+    """Batches of similar length: less padding, same examples per epoch, random order.
+
+    Training (``megabatch_size`` set): the index order of ``sampler`` (a new
+    random permutation each epoch) is cut into *megabatches* of
+    ``megabatch_size`` batches; each megabatch is sorted by length (longest
+    first) and cut into batches of ``batch_size``; then the order of all
+    batches of the epoch is shuffled. This is Hugging Face ``Trainer``'s
+    ``group_by_length`` (``LengthGroupedSampler``: megabatches of 50 batches)
+    with fairseq's shuffled batch order, so neither the batches' members nor
+    their order follow a length curriculum. Evaluation (``megabatch_size=None``,
+    ``shuffle=False``): the whole order of ``sampler`` is one megabatch, i.e.
+    batches sorted by length, longest first.
+
+    Determinism: the batch-order shuffle draws from a generator seeded by the
+    sampler's ``(seed, epoch)`` only (``set_epoch`` is called by Lightning on
+    ``batch_sampler.sampler``), never from the global RNG, so a run resumed
+    from an epoch-end checkpoint sees the same batches.
+
+    DDP: Lightning (``use_distributed_sampler``) rebuilds this batch sampler
+    with a ``DistributedSampler`` as ``sampler`` (its init arguments are
+    captured); each process then groups its own shard, and every process gets
+    ``ceil(ceil(N / world_size) / batch_size)`` batches.
+
+    The number of batches equals a plain ``BatchSampler``'s (only the last
+    batch of the epoch can be short, unless ``drop_last``).
+
+    Args:
+        sampler: yields dataset indices (``EpochShuffleSampler``,
+            ``SequentialSampler`` or Lightning's ``DistributedSampler``).
+        batch_size: examples per batch (>= 1).
+        drop_last: drop the epoch's last short batch.
+        lengths: token count of every dataset example (indexed by dataset index).
+        megabatch_size: batches per megabatch (>= 1), or ``None`` for one
+            megabatch (evaluation: fully sorted).
+        shuffle: shuffle the order of the batches (training).
+        seed: fallback seed when ``sampler`` has no ``seed`` attribute.
+    """
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool, lengths: list[int],
+                 megabatch_size: int | None = 50, shuffle: bool = True, seed: int = 0) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        if megabatch_size is not None and not (isinstance(megabatch_size, int) and megabatch_size >= 1):
+            raise DataConfigError(f"data.megabatch_size must be an integer >= 1, got {megabatch_size!r}")
+        self.lengths = lengths
+        self.megabatch_size = megabatch_size
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+
+    def batches(self) -> list[list[int]]:
+        """This epoch's batches (lists of dataset indices), in the order they are yielded."""
+        order = list(iter(self.sampler))
+        span = len(order) if self.megabatch_size is None else self.megabatch_size * self.batch_size
+        span = max(span, 1)
+        out: list[list[int]] = []
+        for start in range(0, len(order), span):
+            mega = sorted(order[start : start + span], key=lambda i: -self.lengths[i])  # stable: ties keep order
+            out.extend(mega[b : b + self.batch_size] for b in range(0, len(mega), self.batch_size))
+        if self.drop_last and out and len(out[-1]) < self.batch_size:
+            out.pop()
+        if self.shuffle and len(out) > 1:
+            seed = int(getattr(self.sampler, "seed", self.seed))
+            epoch = int(getattr(self.sampler, "epoch", 0))
+            generator = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 2 + 1)  # not the sampler's stream
+            out = [out[i] for i in torch.randperm(len(out), generator=generator).tolist()]
+        return out
+
+    def __iter__(self):
+        yield from self.batches()
 
 
 class PadCollator:
@@ -276,6 +348,11 @@ class TextClassificationDataModule(pl.LightningDataModule):
             (``bytes``: one token per UTF-8 byte, vocab_size ignored).
         max_train_samples, max_eval_samples: optional caps for short runs
             (``max_eval_samples`` applies to validation and test).
+        batching: ``random`` (batches of a random permutation, dataset-order
+            evaluation) or ``length_grouped`` (training batches of similar length
+            drawn from random megabatches, evaluation batches sorted by length:
+            :class:`LengthGroupedBatchSampler`).
+        megabatch_size: batches per length-sorted megabatch (``length_grouped``).
 
     Raises (from :meth:`prepare_data` / :meth:`setup`):
         DataUnavailableError: no local files and the Hub unreachable.
@@ -302,6 +379,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         tokenizer: dict[str, Any] | None = None,
         max_train_samples: int | None = None,
         max_eval_samples: int | None = None,
+        batching: str = "random",
+        megabatch_size: int = 50,
     ) -> None:
         super().__init__()
         for key, value in (("max_length", max_length), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
@@ -309,6 +388,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
             if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise DataConfigError(f"data.{key} must be an integer >= 1{' or null' if 'samples' in key else ''}, "
                                       f"got {value!r}")
+        if batching not in BATCHING:
+            raise DataConfigError(f"data.batching must be one of {', '.join(BATCHING)}, got {batching!r}")
+        if isinstance(megabatch_size, bool) or not (isinstance(megabatch_size, int) and megabatch_size >= 1):
+            raise DataConfigError(f"data.megabatch_size must be an integer >= 1, got {megabatch_size!r}")
         if not (isinstance(num_workers, int) and num_workers >= 0):
             raise DataConfigError(f"data.num_workers must be an integer >= 0, got {num_workers!r}")
         if isinstance(val_size, bool) or not isinstance(val_size, (int, float)) or not val_size > 0:
@@ -328,6 +411,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.batch_size = int(batch_size)
         self.eval_batch_size = int(eval_batch_size)
         self.num_workers = int(num_workers)
+        self.batching = batching
+        self.megabatch_size = int(megabatch_size)
         self.tokenizer_cfg = {"kind": "wordpiece", "vocab_size": 16000, "lowercase": True, "min_frequency": 2}
         self.tokenizer_cfg.update(dict(tokenizer or {}))
         if self.tokenizer_cfg["kind"] not in ("wordpiece", "byte_bpe", "bytes"):
@@ -735,17 +820,21 @@ class TextClassificationDataModule(pl.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         # The order and the loader's own seed never touch the global RNG (see EpochShuffleSampler).
         seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size if split == "train" else self.eval_batch_size,
-            # evaluation under DDP: every row exactly once (attnbench.distributed.eval_sampler)
-            sampler=EpochShuffleSampler(self.splits[split], seed) if shuffle else eval_sampler(self.splits[split],
-                                                                                                self.trainer),
-            generator=torch.Generator().manual_seed(seed),
-            collate_fn=PadCollator(self.pad_id),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        data = self.splits[split]
+        common = dict(generator=torch.Generator().manual_seed(seed), collate_fn=PadCollator(self.pad_id),
+                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        lengths = [len(ids) for ids in data.input_ids]
+        if not shuffle:
+            # evaluation: every row exactly once under DDP (attnbench.distributed.eval_sampler); with
+            # length_grouped, each process's rows sorted by length so that batches carry little padding
+            sampler = eval_sampler(data, self.trainer, lengths if self.batching == "length_grouped" else None)
+            return DataLoader(data, batch_size=self.eval_batch_size, sampler=sampler, **common)
+        sampler = EpochShuffleSampler(data, seed)
+        if self.batching == "random":
+            return DataLoader(data, batch_size=self.batch_size, sampler=sampler, **common)
+        batch_sampler = LengthGroupedBatchSampler(sampler, self.batch_size, False, lengths,
+                                                  megabatch_size=self.megabatch_size, shuffle=True, seed=seed)
+        return DataLoader(data, batch_sampler=batch_sampler, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

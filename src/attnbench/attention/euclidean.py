@@ -52,7 +52,10 @@ class EuclideanScore(ScoreFunction):
     @float32_when_low_precision
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         inv_sqrt_d = 1.0 / math.sqrt(self.head_dim)
-        k_sq = key.square().sum(-1)  # B×H×Lk
+        # ‖k‖² from the norm of a contiguous copy: on CPU, elementwise passes over the head-split view of the
+        # projection cost several times the copy (B=256, n=48, H=4, d=32, one thread: 1.1 ms vs 1.6 ms)
+        key = key.contiguous()  # and SDPA then reads the copy
+        k_sq = torch.linalg.vector_norm(key, dim=-1).square()  # B×H×Lk
         needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad)
         if not needs_grad or query.shape[-2] * key.shape[-2] <= self.bias_mask_max_pairs:
             key_bias = (k_sq * -inv_sqrt_d).unsqueeze(-2)  # B×H×1×Lk

@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Inference cost of one attention call at short lengths, as the model makes it: ratios to ``scaled_dot``.
+
+The shape of an evaluation batch (default B=256, n=48, padded, ``model=small``'s
+d_model and n_heads). q, k, v come from ``MultiHeadAttention.project`` (strided
+views of one projection, exactly what ``fn.attend`` receives in the model), the
+padding mask from random lengths in [1, n] (one full-length row). Each score
+function's ``fn.attend`` runs under ``torch.no_grad()``; calls are interleaved
+over ``--rounds`` rounds of ``--number`` calls and the fastest round counts.
+Times are CPU time of the process (``time.process_time``), which on a shared
+machine is less disturbed than wall time by other processes; with one thread it
+equals the wall time of an undisturbed run.
+
+    taskset -c 1 python scripts/bench_short_attention.py --threads 1
+    python scripts/bench_short_attention.py --scores scaled_dot,euclidean,cosine,dot,general --contiguous
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from attnbench.attention import MultiHeadAttention
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def time_calls(calls: dict, rounds: int, number: int) -> dict[str, float]:
+    """Seconds per call of each zero-argument callable: the fastest of ``rounds`` interleaved rounds."""
+    best = {name: float("inf") for name in calls}
+    with torch.no_grad():
+        for call in calls.values():
+            call()
+        for _ in range(rounds):
+            for name, call in calls.items():
+                t0 = time.process_time()
+                for _ in range(number):
+                    call()
+                best[name] = min(best[name], (time.process_time() - t0) / number)
+    return best
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scores", default="scaled_dot,euclidean,cosine", help="first = reference")
+    parser.add_argument("--model", default="small", help="conf/model/<name>.yaml for d_model, n_heads, head_dim")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--length", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--number", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--contiguous", action="store_true", help="also time contiguous copies of q, k, v")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    m = OmegaConf.load(CONF / "model" / f"{args.model}.yaml")
+    names = [n.strip() for n in args.scores.split(",") if n.strip()]
+    gen = torch.Generator().manual_seed(0)
+    b, n = args.batch, args.length
+    x = torch.randn(b, n, m.d_model, generator=gen)
+    lengths = torch.randint(1, n + 1, (b,), generator=gen)
+    lengths[0] = n
+    mask = torch.arange(n)[None, :] >= lengths[:, None]
+    layouts = ["views"] + (["contiguous"] if args.contiguous else [])
+    calls = {}
+    for name in names:
+        torch.manual_seed(0)
+        mha = MultiHeadAttention(m.d_model, m.n_heads, name, head_dim=m.get("head_dim")).eval()
+        with torch.no_grad():
+            qkv = mha.project(x)
+        for layout in layouts:
+            q, k, v = qkv if layout == "views" else (t.contiguous() for t in qkv)
+            calls[(name, layout)] = (lambda fn, q=q, k=k, v=v: lambda: fn.attend(q, k, v, key_padding_mask=mask))(
+                mha.score_fn)
+    best = time_calls(calls, args.rounds, args.number)
+    print(f"one attention call, inference: B={b}, n={n}, d_model={m.d_model}, {m.n_heads} heads, padded "
+          f"({float((~mask).float().mean()):.0%} real tokens); {torch.get_num_threads()} threads, best of "
+          f"{args.rounds} interleaved rounds of {args.number} calls (process CPU time), torch {torch.__version__}")
+    out = {}
+    for layout in layouts:
+        ref = best[(names[0], layout)]
+        row = "   ".join(f"{name} {best[(name, layout)] * 1e3:.2f} ms ({best[(name, layout)] / ref:.2f}x)"
+                         for name in names)
+        print(f"  q, k, v {layout:<10}: {row}")
+        out.update({f"{name}/{layout}": best[(name, layout)] / ref for name in names})
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -283,3 +283,37 @@ def test_statistics_of_single_key_sequences_are_nan_where_undefined():
     with torch.no_grad():
         got = attention_statistics(attn, x, mask)
     assert math.isnan(got["entropy"]) and got["max_score"] == 0.0
+
+
+# --------------------------------------------------------------------------- CUDA synchronisation, gradient norms
+
+
+def test_clock_synchronises_cuda_before_reading_the_time(monkeypatch, clock):
+    """Docstring: step times are CUDA-synchronised (kernels are asynchronous). Checked with a fake CUDA module."""
+    synced = []
+    monkeypatch.setattr("attnbench.callbacks.torch.cuda.synchronize", lambda device: synced.append(device))
+    cuda = torch.device("cuda", 1)
+    assert RunStats._now(SimpleNamespace(device=cuda)) == clock.t
+    assert synced == [cuda]
+    RunStats._now(SimpleNamespace(device=torch.device("cpu")))
+    assert synced == [cuda]  # never on CPU
+
+
+def test_gradient_norms_skip_layers_without_gradients_and_biases():
+    from attnbench.callbacks import AttentionDiagnostics
+
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.frozen = MultiHeadAttention(d_model=4, n_heads=2, score="dot")
+    model.no_bias = MultiHeadAttention(d_model=4, n_heads=2, score="dot", bias=False)
+    model.frozen_bias = MultiHeadAttention(d_model=4, n_heads=2, score="dot")
+    model.frozen.requires_grad_(False)
+    model.frozen_bias.qkv_proj.bias.requires_grad_(False)
+    x = torch.randn(2, 3, 4)
+    (model.no_bias(model.frozen(x)) + model.frozen_bias(x)).square().sum().backward()
+    got = AttentionDiagnostics.gradient_norms(model)
+    assert not any(k.startswith("diag/layer0/") for k in got)  # no gradient: left out, later layers still reported
+    for i, layer in ((1, model.no_bias), (2, model.frozen_bias)):
+        w = layer.qkv_proj.weight.grad.double()
+        assert got[f"diag/layer{i}/query_grad_norm"] == pytest.approx(float(w[:4].norm()), rel=1e-6)
+        assert got[f"diag/layer{i}/key_grad_norm"] == pytest.approx(float(w[4:8].norm()), rel=1e-6)

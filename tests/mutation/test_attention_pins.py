@@ -229,7 +229,8 @@ def _euclid_forms(monkeypatch):
     original = euclidean_module.sdpa_attend
 
     def spy(query, key, value, mask, dropout_p, scale, key_bias=None):
-        forms.append("bias" if key_bias is not None else f"augmented:{query.shape[-1]}")
+        # the extra-dimension form pads v to q's width too, so SDPA keeps its fused kernel (docstring)
+        forms.append("bias" if key_bias is not None else f"augmented:{query.shape[-1]}:{value.shape[-1]}")
         return original(query, key, value, mask, dropout_p, scale=scale, key_bias=key_bias)
 
     monkeypatch.setattr(euclidean_module, "sdpa_attend", spy)
@@ -243,8 +244,8 @@ def test_euclidean_uses_the_bias_mask_up_to_256_squared_pairs_with_gradients(mon
     v = torch.randn(1, 1, 256, 1)
     for lq, lk, grad_q, grad_k, want in [
         (256, 256, True, False, "bias"),  # exactly 256² pairs: still the bias mask
-        (257, 256, True, False, "augmented:3"),  # one query more, with a gradient: the extra dimension
-        (257, 256, False, True, "augmented:3"),  # a gradient through the keys only
+        (257, 256, True, False, "augmented:3:3"),  # one query more, with a gradient: the extra dimension
+        (257, 256, False, True, "augmented:3:3"),  # a gradient through the keys only
         (257, 256, False, False, "bias"),  # no gradient: the bias mask at any size
     ]:
         q = torch.randn(1, 1, lq, 2, requires_grad=grad_q)
@@ -266,6 +267,7 @@ def test_euclidean_scores_by_hand():
     torch.testing.assert_close(fn.scores(q, k), torch.tensor([[[[0.0, -7.0]]]], dtype=torch.float64))
     l2 = build_score_function("l2", n_heads=1, head_dim=4).double()
     torch.testing.assert_close(l2.scores(q, k), torch.tensor([[[[0.0, -math.sqrt(14)]]]], dtype=torch.float64))
+    assert l2.scores(q.half(), k.half()).dtype == torch.float16  # computed in float32, returned as the input
     torch.testing.assert_close(l2.scores(q.half(), k.half()).double(),
                                torch.tensor([[[[0.0, -math.sqrt(14)]]]], dtype=torch.float64), rtol=1e-3, atol=0)
 
@@ -414,3 +416,52 @@ def test_blocked_and_unblocked_masking_agree_with_base():
     want = reference_attention(fn, q, k, v, mask)
     torch.testing.assert_close(ScoreFunction.attend(fn, q, k, v, mask), want, rtol=0, atol=1e-12)
     torch.testing.assert_close(base.blocked_attend(fn.scores, q, k, v, mask, 0.0, 1), want, rtol=0, atol=1e-12)
+
+
+def test_base_attend_applies_dropout_to_the_weights():
+    """ScoreFunction.attend (the definition): dropout on the softmax weights, inverted (kept weights / (1 − p))."""
+    fn = build_score_function("dot", n_heads=1, head_dim=2).double()
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 4, 2, generator=g, dtype=torch.float64), torch.randn(1, 1, 6, 2, generator=g,
+                                                                                   dtype=torch.float64)
+    v = torch.randn(1, 1, 6, 3, generator=g, dtype=torch.float64)
+    torch.manual_seed(7)
+    got = ScoreFunction.attend(fn, q, k, v, None, dropout_p=0.5)
+    torch.manual_seed(7)  # the same dropout mask, drawn by F.dropout itself
+    weights = torch.nn.functional.dropout(torch.softmax(q @ k.transpose(-2, -1), -1), p=0.5, training=True)
+    torch.testing.assert_close(got, weights @ v, rtol=0, atol=1e-12)
+    assert not torch.allclose(got, torch.softmax(q @ k.transpose(-2, -1), -1) @ v)
+    torch.testing.assert_close(ScoreFunction.attend(fn, q, k, v, None, dropout_p=0.0),
+                               torch.softmax(q @ k.transpose(-2, -1), -1) @ v, rtol=0, atol=1e-12)
+
+
+def test_additive_compile_option_builds_one_dynamic_compiled_function(monkeypatch):
+    """compile=true: torch.compile(additive_pair_scores, dynamic=True), built once per process; one query block.
+
+    torch.compile itself is replaced by a recorder (compiling takes tens of seconds; the slow test
+    tests/test_attention.py::test_additive_compiled_matches_reference runs the real one).
+    """
+    import attnbench.attention.additive as additive_module
+
+    calls = []
+
+    def fake_compile(fn, **kwargs):
+        calls.append((fn, kwargs))
+        return lambda *args: fn(*args)
+
+    additive_module._compiled.cache_clear()
+    monkeypatch.setattr(additive_module.torch, "compile", fake_compile)
+    blocks = _spy_blocks(monkeypatch, additive_module)
+    try:
+        fn = build_score_function("additive", n_heads=1, head_dim=2, chunk_bytes=1, compile=True).double()
+        assert fn.compile is True
+        q, k, v = (torch.randn(1, 1, 5, 2, dtype=torch.float64) for _ in range(3))
+        torch.testing.assert_close(fn.attend(q, k, v), reference_attention(fn, q, k, v), rtol=0, atol=1e-12)
+        fn.attend(q, k, v)
+        assert calls == [(additive_module.additive_pair_scores, {"dynamic": True})]  # once per process
+        assert blocks == [5, 5]  # compiled: nothing Lq×Lk×d_a is stored, one block whatever chunk_bytes says
+        fn.compile = False
+        fn.attend(q, k, v)
+        assert blocks[-1] == 1 and len(calls) == 1
+    finally:
+        additive_module._compiled.cache_clear()

@@ -317,3 +317,35 @@ def test_gradient_norms_skip_layers_without_gradients_and_biases():
         w = layer.qkv_proj.weight.grad.double()
         assert got[f"diag/layer{i}/query_grad_norm"] == pytest.approx(float(w[:4].norm()), rel=1e-6)
         assert got[f"diag/layer{i}/key_grad_norm"] == pytest.approx(float(w[4:8].norm()), rel=1e-6)
+
+
+def test_test_throughput_of_a_sub_second_loop(clock):
+    stats = RunStats()
+    trainer, module = SimpleNamespace(world_size=1), _module()
+    stats.on_test_epoch_start(trainer, module)
+    stats.on_test_batch_end(trainer, module, None, _batch(5, 50), 0)
+    clock.t += 0.25
+    stats.on_test_epoch_end(trainer, module)
+    assert stats.summary["test/samples_per_sec"] == pytest.approx(20.0, rel=1e-12)
+    assert stats.summary["test/tokens_per_sec"] == pytest.approx(200.0, rel=1e-12)
+
+
+def test_statistics_of_small_scores_and_two_key_sequences_match_the_reference():
+    """max |score| below 1 with padding present, and a sequence of exactly two keys (log 2 < 1 still counts)."""
+    from tests.test_diagnostics import _reference_statistics
+
+    torch.manual_seed(3)
+    attn = MultiHeadAttention(d_model=6, n_heads=2, score="scaled_dot").double()
+    x = torch.randn(3, 5, 6, dtype=torch.float64) * 0.05  # scores of order 1e-3
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mask[0, 2:] = True  # two keys
+    mask[1, 3:] = True
+    with torch.no_grad():
+        x[0, 2:] = 100.0  # padding positions with huge scores: never counted
+        got = attention_statistics(attn, x, mask)
+        want = _reference_statistics(attn, x, mask)
+    assert want["max_score"] < 1.0
+    for name, value in want.items():
+        assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-15), name
+    # the two-key rows are in entropy_norm: with scores ~1e-3 every row is near uniform, entropy_norm ~ 1
+    assert got["entropy_norm"] == pytest.approx(1.0, abs=1e-3)

@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # one torch thread per mutant worker: parallelism comes from --max-children
 if [ "${FRESH:-0}" = 1 ]; then rm -rf mutants; fi
 start=$(date +%s)
 mutmut run "$@"

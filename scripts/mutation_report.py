@@ -24,6 +24,7 @@ is met, 1 otherwise (so CI or a reviewer sees a regression at once).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -52,9 +53,10 @@ def module_of(name: str) -> str:
 
 def function_of(name: str) -> str:
     """The mutated function, readable: ``RunStats.on_fit_end`` or ``masked_softmax``."""
-    tail = name[len(module_of(name)) + 1:]
-    tail = re.sub(r"__mutmut_\d+$", "", tail)
-    return tail.lstrip("x").strip("ǁ_").replace("ǁ", ".")
+    tail = re.sub(r"__mutmut_\d+$", "", name[len(module_of(name)) + 1:])
+    if tail.startswith("xǁ"):  # method: xǁClassǁmethod
+        return ".".join(tail[2:].split("ǁ"))
+    return tail[2:] if tail.startswith("x_") else tail
 
 
 def read_results() -> dict[str, str]:
@@ -83,9 +85,14 @@ def read_equivalent(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
 
 
 def diff_of(name: str) -> str:
-    """The mutant's diff (``mutmut show``), without the header line."""
-    out = subprocess.run(["mutmut", "show", name], cwd=ROOT, capture_output=True, text=True).stdout
-    lines = [line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+    """The mutant's diff (what ``mutmut show`` prints), without the header lines."""
+    try:  # in-process: one ``mutmut show`` subprocess per mutant takes seconds on a busy machine
+        from mutmut.__main__ import find_mutant, get_diff_for_mutant
+
+        text = get_diff_for_mutant(name, path=find_mutant(name).path)
+    except Exception:  # noqa: BLE001  (another mutmut version: fall back to its CLI)
+        text = subprocess.run(["mutmut", "show", name], cwd=ROOT, capture_output=True, text=True).stdout
+    lines = [line for line in text.splitlines() if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
     return "\n".join(lines)
 
 
@@ -102,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "mutation.md")
     parser.add_argument("--wall-seconds", type=float, default=None, help="wall time of the mutmut run (for the page)")
     args = parser.parse_args(argv)
+    os.chdir(ROOT)  # mutmut reads pyproject.toml and mutants/ from the working directory
 
     results = read_results()
     if not results:
@@ -119,13 +127,14 @@ def main(argv: list[str] | None = None) -> int:
              "Score = killed / (mutants − reviewed equivalent); \"no tests\" and \"survived\" count against it.", ""]
     if args.wall_seconds is not None:
         lines += [f"Wall time of the run: {args.wall_seconds / 60:.1f} min ({len(results)} mutants).", ""]
-    lines += ["| module | mutants | killed | survived | no tests | equivalent | score |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["| module | mutants | killed | survived | no tests | not run | equivalent | score |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for module in sorted(by_module):
         names = by_module[module]
         counts = Counter(results[n] for n in names)
         killed, counted, eq, frac = score(names, results, equivalent)
-        lines.append(f"| `{module}` | {len(names)} | {killed} | {counts['survived']} | {counts['no tests']} | {eq} "
-                     f"| {frac:.1%} |")
+        lines.append(f"| `{module}` | {len(names)} | {killed} | {counts['survived']} | {counts['no tests']} "
+                     f"| {counts['not checked']} | {eq} | {frac:.1%} |")
     lines += ["", "| target group | mutants | killed | equivalent | score | target |", "|---|---:|---:|---:|---:|---:|"]
     ok = True
     for group, target, pred in GROUPS:
@@ -135,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         ok &= met
         lines.append(f"| {group} | {len(names)} | {killed} | {eq} | {frac:.1%} | ≥ {target:.0%} {'✓' if met else '✗'} |")
 
-    open_survivors = sorted(n for n, s in results.items() if s not in KILLED and n not in equivalent)
+    open_survivors = sorted(n for n, s in results.items()
+                            if s not in KILLED and s != "not checked" and n not in equivalent)
+    not_run = sorted(n for n, s in results.items() if s == "not checked")
     lines += ["", f"## Not killed and not reviewed ({len(open_survivors)})", ""]
     if not open_survivors:
         lines.append("None.")
@@ -146,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"### `{module}.{function}`", ""]
         for name in names:
             lines += [f"- `{name}` ({results[name]})", "", "```diff", diff_of(name), "```", ""]
+
+    if not_run:
+        lines += ["", f"## Not run ({len(not_run)}: the run was stopped before reaching them)", ""]
+        by_module = Counter(module_of(n) for n in not_run)
+        lines += [f"- `{m}`: {c}" for m, c in sorted(by_module.items())]
 
     reviewed = sorted(n for n in equivalent if n in results and results[n] not in KILLED)
     lines += ["", f"## Equivalent mutants ({len(reviewed)}, reviewed in `scripts/mutation_equivalent.txt`)", ""]
@@ -159,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines[: lines.index(f"## Not killed and not reviewed ({len(open_survivors)})")]))
     print(f"{len(open_survivors)} mutants not killed and not reviewed; full list in {args.out}")
-    return 0 if ok and not open_survivors else 1
+    return 0 if ok and not open_survivors and not not_run else 1
 
 
 if __name__ == "__main__":

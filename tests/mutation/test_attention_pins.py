@@ -241,7 +241,7 @@ def test_euclidean_uses_the_bias_mask_up_to_256_squared_pairs_with_gradients(mon
     forms = _euclid_forms(monkeypatch)
     fn = build_score_function("euclidean", n_heads=1, head_dim=2)
     assert fn.bias_mask_max_pairs == 65536
-    v = torch.randn(1, 1, 256, 1)
+    v = torch.randn(1, 1, 256, 2)  # d_v = 2 differs from H = 1: padding v to q's width d + 1 = 3 adds one column
     for lq, lk, grad_q, grad_k, want in [
         (256, 256, True, False, "bias"),  # exactly 256² pairs: still the bias mask
         (257, 256, True, False, "augmented:3:3"),  # one query more, with a gradient: the extra dimension

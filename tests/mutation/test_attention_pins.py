@@ -465,3 +465,12 @@ def test_additive_compile_option_builds_one_dynamic_compiled_function(monkeypatc
         assert blocks[-1] == 1 and len(calls) == 1
     finally:
         additive_module._compiled.cache_clear()
+
+
+def test_l2_takes_its_chunk_options_and_names_itself_in_errors():
+    fn = build_score_function("l2", n_heads=1, head_dim=2, chunk_size=2, chunk_bytes=123)
+    assert (fn.chunk_size, fn.chunk_bytes) == (2, 123)
+    with pytest.raises(ValueError, match=r"^l2: attention\.chunk_size must be >= 1"):
+        build_score_function("l2", n_heads=1, head_dim=2, chunk_size=0)
+    with pytest.raises(ValueError, match=r"^additive: attention\.chunk_bytes must be >= 1"):
+        build_score_function("additive", n_heads=1, head_dim=2, chunk_bytes=0)

@@ -165,3 +165,10 @@ def test_summarise_pairs_only_seeds_both_variants_finished_and_takes_the_baselin
     assert table.loc["additive", "diff_mean"] == pytest.approx(0.085, rel=1e-9)
     assert table.loc["additive", "diff_ci"] == pytest.approx(T_975[1] * 0.03 / 2, rel=1e-9)
     assert table.loc["dot", "diff_mean"] == 0.0 and table.loc["dot", "diff_n"] == 3
+
+
+def test_summarise_with_batch_size_but_no_samples_per_sec():
+    # the batch size alone cannot give steps/s: no error, the column stays missing
+    jobs = pd.DataFrame([_job("dot", 0, 0.7, **{"_batch_size": 32, "train/tokens_per_sec": 5.0})])
+    row = summarise(jobs, ["attention", "seed"]).iloc[0]
+    assert math.isnan(row["train_steps_s"]) and row["train_tok_s"] == 5.0

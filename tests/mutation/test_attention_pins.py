@@ -474,3 +474,52 @@ def test_l2_takes_its_chunk_options_and_names_itself_in_errors():
         build_score_function("l2", n_heads=1, head_dim=2, chunk_size=0)
     with pytest.raises(ValueError, match=r"^additive: attention\.chunk_bytes must be >= 1"):
         build_score_function("additive", n_heads=1, head_dim=2, chunk_bytes=0)
+
+
+def test_dropout_probability_is_passed_through():
+    """p = 0.3 (not F.dropout's default 0.5) reaches the weights: in the base definition, the blocked path and SDPA."""
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 1, 4, 2, generator=g, dtype=torch.float64), torch.randn(2, 1, 6, 2, generator=g,
+                                                                                   dtype=torch.float64)
+    v = torch.randn(2, 1, 6, 3, generator=g, dtype=torch.float64)
+    plain = torch.softmax(q @ k.transpose(-2, -1), -1)
+    fn = build_score_function("dot", n_heads=1, head_dim=2).double()
+    torch.manual_seed(11)
+    got = ScoreFunction.attend(fn, q, k, v, None, dropout_p=0.3)
+    torch.manual_seed(11)
+    torch.testing.assert_close(got, torch.nn.functional.dropout(plain, p=0.3, training=True) @ v, rtol=0, atol=1e-12)
+    torch.manual_seed(11)
+    with torch.no_grad():  # blocks of 2 queries, each with its own dropout draw, in order
+        got = blocked_attend(_dot, q, k, v, None, 0.3, 2)
+    torch.manual_seed(11)
+    want = torch.cat([torch.nn.functional.dropout(plain[..., s:s + 2, :], p=0.3, training=True) @ v
+                      for s in range(0, 4, 2)], -2)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[0, 4:] = True
+    torch.manual_seed(0)
+    dropped = sdpa_attend(q, k, v, mask, 0.9, scale=1.0)
+    assert not torch.allclose(dropped, sdpa_attend(q, k, v, mask, 0.0, scale=1.0))  # masked path applies dropout
+
+
+def test_query_block_size_with_one_byte_per_query():
+    assert query_block_size(None, 7, 50, 1) == 7
+
+
+def test_additive_names_itself_and_draws_v_on_both_sides_of_zero():
+    with pytest.raises(ValueError, match=r"^additive: attention\.chunk_size must be >= 1"):
+        build_score_function("additive", n_heads=1, head_dim=2, chunk_size=0)
+    torch.manual_seed(0)
+    v = build_score_function("additive", n_heads=100, head_dim=2, hidden_dim=10).v.detach()
+    assert float(v.min()) < 0 < float(v.max())  # 1000 draws of U(−b, b): P(all one sign) = 2·2^-1000
+
+
+def test_multihead_eval_output_is_the_dropout_free_definition():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3, score="scaled_dot", attn_dropout=0.5).double().eval()
+    assert mha.d_model == 12 and mha.head_dim == 4 and isinstance(mha.head_dim, int)
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    q, k, v = mha.project(x)
+    want = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v  # √4 = 2
+    want = mha.out_proj(want.transpose(1, 2).reshape(2, 5, 12))
+    torch.testing.assert_close(mha(x), want, rtol=0, atol=1e-12)

@@ -172,3 +172,9 @@ def test_summarise_with_batch_size_but_no_samples_per_sec():
     jobs = pd.DataFrame([_job("dot", 0, 0.7, **{"_batch_size": 32, "train/tokens_per_sec": 5.0})])
     row = summarise(jobs, ["attention", "seed"]).iloc[0]
     assert math.isnan(row["train_steps_s"]) and row["train_tok_s"] == 5.0
+
+
+def test_summarise_reads_unreadable_metrics_as_missing():
+    jobs = pd.DataFrame([_job("dot", 0, 0.7, **{"train/tokens_per_sec": "n/a"}),
+                         _job("dot", 1, 0.7, **{"train/tokens_per_sec": 10.0})])
+    assert summarise(jobs, ["attention", "seed"]).iloc[0]["train_tok_s"] == 10.0

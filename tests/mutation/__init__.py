@@ -1,0 +1,1 @@
+"""Tests written to kill surviving mutants (scripts/mutation.sh, docs/testing.md)."""

@@ -267,7 +267,7 @@ def test_euclidean_scores_by_hand():
     torch.testing.assert_close(fn.scores(q, k), torch.tensor([[[[0.0, -7.0]]]], dtype=torch.float64))
     l2 = build_score_function("l2", n_heads=1, head_dim=4).double()
     torch.testing.assert_close(l2.scores(q, k), torch.tensor([[[[0.0, -math.sqrt(14)]]]], dtype=torch.float64))
-    assert l2.scores(q.half(), k.half()).dtype == torch.float16  # computed in float32, returned as the input
+    assert l2.scores(q.half(), k.half()).dtype == torch.float32  # 16-bit inputs: logits kept in float32
     torch.testing.assert_close(l2.scores(q.half(), k.half()).double(),
                                torch.tensor([[[[0.0, -math.sqrt(14)]]]], dtype=torch.float64), rtol=1e-3, atol=0)
 

@@ -200,9 +200,17 @@ def test_eval_sampler_shards_without_repeats_and_the_probe_stays_the_first_rows(
     assert eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs=None)) is None  # one process
     assert eval_sampler(rows, None) is None
 
+    # length_grouped evaluation: each process's rows longest first, still none repeated
+    lengths = [(i * 7) % 5 + 1 for i in range(10)]  # 1, 3, 5, 2, 4, 1, 3, 5, 2, 4
+    sorted_shards = [list(eval_sampler(rows, SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 3, "rank": r}),
+                                       lengths)) for r in range(3)]
+    assert sorted_shards == [[9, 6, 3, 0], [7, 4, 1], [2, 8, 5]]
+    assert list(eval_sampler(rows, None, lengths)) == [2, 7, 4, 9, 1, 6, 3, 8, 0, 5]  # one process; ties keep order
+
     trainer = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": 2, "rank": 1})
-    datamodule = SimpleNamespace(val_dataloader=lambda: DataLoader(rows, batch_size=4, collate_fn=PadCollator(0),
-                                                                   sampler=eval_sampler(rows, trainer)))
+    loader = DataLoader(rows, batch_size=4, collate_fn=PadCollator(0), sampler=eval_sampler(rows, trainer, lengths))
+    # the probe comes from the split's first rows, not from this process's (sorted) shard
+    datamodule = SimpleNamespace(val_dataloader=lambda: loader, splits={"val": rows}, pad_id=0)
     diagnostics = AttentionDiagnostics(probe_size=3)
     diagnostics.on_fit_start(SimpleNamespace(datamodule=datamodule), None)
     assert diagnostics._probe["input_ids"][:, 0].tolist() == [1, 2, 3]

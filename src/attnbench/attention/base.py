@@ -256,7 +256,27 @@ def sdpa_attend(
 
     Returns:
         B×H×Lq×d_v; zero rows where all keys are padding.
+
+    Precision: on CPU, float16/bfloat16 inputs (or CPU autocast) are computed
+    on float32 copies with autocast off, and the output is cast back to
+    ``value``'s dtype when that is 16-bit (float32 otherwise): CPU SDPA runs its
+    16-bit math with 16-bit logits and softmax, and a bfloat16 logit of
+    magnitude 128 has a resolution of 1 (q/k gradients of ``dot`` were off by
+    30% at head_dim 64). On CUDA the 16-bit inputs go to the fused
+    flash/memory-efficient kernels unchanged; those accumulate QKᵀ and the
+    online softmax in float32 (Dao et al. 2022, *FlashAttention*, and the
+    ``flash_attn`` / xFormers kernels PyTorch builds on). Float32 and float64
+    inputs take the same path as before, untouched.
     """
+    if query.device.type == "cpu" and (
+        torch.is_autocast_enabled("cpu") or any(t.dtype in LOW_PRECISION for t in (query, key, value))
+    ):
+        def up(t: Tensor | None) -> Tensor | None:
+            return t.float() if t is not None and t.dtype in LOW_PRECISION else t
+
+        with torch.autocast("cpu", enabled=False):
+            out = sdpa_attend(up(query), up(key), up(value), key_padding_mask, dropout_p, scale, up(key_bias))
+        return out.to(value.dtype) if value.dtype in LOW_PRECISION else out
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=key_bias, dropout_p=dropout_p, scale=scale)
     all_pad = key_padding_mask.all(dim=-1)

@@ -21,11 +21,16 @@ intermediate that carries their magnitude (‖k‖² of ``euclidean``, qW of
 ``general``, the distances of ``l2``) computes in float32 when its inputs are
 float16/bfloat16 or autocast is on (:func:`float32_when_low_precision`): a
 float16 ‖k‖² overflows above 65504, and a bfloat16 logit of magnitude 256 has
-a resolution of 2, far coarser than the softmax needs. Score functions whose
-logits come out of SDPA's own float32 accumulation (``dot``, ``scaled_dot``,
-``cosine``) or are bounded (``additive``: |vᵀtanh(·)| ≤ ‖v‖₁) keep their 16-bit
-fast paths. ``tests/test_attention.py`` checks every score function, forward
-and backward, in float16 and bfloat16 (true and autocast) against float64.
+a resolution of 2, far coarser than the softmax needs. ``cosine`` normalises
+and applies τ in float32. The rest depends on the device: on CPU,
+:func:`sdpa_attend` (``dot``, ``scaled_dot``, ``cosine``) and ``additive``
+compute in float32 too (CPU SDPA's 16-bit math keeps logits and softmax in 16
+bits); on CUDA they keep their 16-bit fast paths (the fused SDPA kernels
+accumulate QKᵀ and the softmax in float32; ``additive``'s logits are bounded,
+|vᵀtanh(·)| ≤ ‖v‖₁). ``scores`` returns float32 logits for 16-bit inputs for
+every score function but ``additive``. ``tests/test_attention.py`` checks
+every score function, forward and backward, in float16 and bfloat16 (true and
+autocast), head_dim 16/32/64, against float64 (CPU only).
 """
 
 from __future__ import annotations

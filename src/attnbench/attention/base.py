@@ -266,12 +266,12 @@ def sdpa_attend(
     on float32 copies with autocast off, and the output is cast back to
     ``value``'s dtype when that is 16-bit (float32 otherwise): CPU SDPA runs its
     16-bit math with 16-bit logits and softmax, and a bfloat16 logit of
-    magnitude 128 has a resolution of 1 (q/k gradients of ``dot`` were off by
-    30% at head_dim 64). On CUDA the 16-bit inputs go to the fused
-    flash/memory-efficient kernels unchanged; those accumulate QKᵀ and the
-    online softmax in float32 (Dao et al. 2022, *FlashAttention*, and the
-    ``flash_attn`` / xFormers kernels PyTorch builds on). Float32 and float64
-    inputs take the same path as before, untouched.
+    magnitude 128 has a resolution of 1 (bfloat16 q/k gradients of ``dot`` were
+    off by 30–40% at head_dim 64, input scale 4). On CUDA the 16-bit inputs go
+    to the fused flash/memory-efficient kernels unchanged; those accumulate QKᵀ
+    and the online softmax in float32 (Dao et al. 2022, *FlashAttention*, §3.1;
+    not measured on a GPU here). Float32 and float64 inputs (without CPU
+    autocast) take the same path as before.
     """
     if query.device.type == "cpu" and (
         torch.is_autocast_enabled("cpu") or any(t.dtype in LOW_PRECISION for t in (query, key, value))

@@ -31,7 +31,7 @@ class CosineScore(ScoreFunction):
     Fast path: SDPA on normalised q, k with τ folded into q's normalising
     factor (one elementwise pass per tensor). For float16/bfloat16 inputs (or
     autocast) the normalisation and τ run in float32 (τ's gradient is a sum
-    over every query; in 16 bits it was off by 6%), and so do ``scores``.
+    over every query; in bfloat16 it was off by 5–6%), and so do ``scores``.
     """
 
     def __init__(

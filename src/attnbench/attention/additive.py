@@ -9,7 +9,13 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction, blocked_attend, query_block_size, validated_chunking
+from attnbench.attention.base import (
+    ScoreFunction,
+    blocked_attend,
+    float32_when_low_precision,
+    query_block_size,
+    validated_chunking,
+)
 from attnbench.attention.registry import register
 
 
@@ -67,6 +73,15 @@ class AdditiveScore(ScoreFunction):
     stored, so memory is O(B·H·block·Lk·d_a) in the forward and the backward,
     for about one extra forward of time. When everything fits in one block,
     no recomputation.
+
+    Precision: on CPU, float16/bfloat16 inputs (or autocast) run the fast path
+    in float32 and return ``value``'s dtype: a 16-bit pre-activation
+    W_q q + W_k k of magnitude ~12 is rounded by up to 2^-5 (bfloat16), and
+    tanh' = 1 − tanh² at the rounded point put dq off by 11% (input scale 20,
+    head_dim 256). On CUDA the 16-bit path is kept (it halves the memory of the
+    B×H×block×Lk×d_a hidden tensor, the cost this score function measures);
+    its logits are bounded, |vᵀtanh(·)| ≤ ‖v‖₁, so the forward keeps the
+    softmax's resolution.
     """
 
     def __init__(
@@ -94,7 +109,7 @@ class AdditiveScore(ScoreFunction):
     def _pair_scores(self, q_proj: Tensor, k_proj: Tensor) -> Tensor:
         """vᵀtanh(q_proj_i + k_proj_j): B×H×Lq×d_a, B×H×Lk×d_a -> B×H×Lq×Lk."""
         pair_scores = _compiled() if self.compile else additive_pair_scores
-        return pair_scores(q_proj, k_proj, self.v)
+        return pair_scores(q_proj, k_proj, self.v.to(q_proj.dtype))
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return self._pair_scores(query @ self.w_query, key @ self.w_key)
@@ -105,14 +120,21 @@ class AdditiveScore(ScoreFunction):
         return query_block_size(self.chunk_size, self.chunk_bytes, n_queries, per_query)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
-        q_proj = query @ self.w_query  # B×H×Lq×d_a
-        k_proj = key @ self.w_key  # B×H×Lk×d_a
+        # CPU: 16-bit inputs (or autocast) are computed in float32; on CUDA the 16-bit fast path is kept
+        method = self._attend_float32 if query.device.type == "cpu" else self._attend
+        return method(query, key, value, key_padding_mask, dropout_p)
+
+    def _attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
+        k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
         n_queries = query.shape[-2]
         # compiled: nothing of size Lq×Lk×d_a is stored, so one block
         block = n_queries if self.compile else self.block_size(
             query.shape[0], n_queries, key.shape[-2], query.element_size()
         )
         return blocked_attend(self._pair_scores, q_proj, k_proj, value, key_padding_mask, dropout_p, block)
+
+    _attend_float32 = float32_when_low_precision(_attend)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, chunk_size={self.chunk_size}, compile={self.compile}"

@@ -21,11 +21,16 @@ intermediate that carries their magnitude (‖k‖² of ``euclidean``, qW of
 ``general``, the distances of ``l2``) computes in float32 when its inputs are
 float16/bfloat16 or autocast is on (:func:`float32_when_low_precision`): a
 float16 ‖k‖² overflows above 65504, and a bfloat16 logit of magnitude 256 has
-a resolution of 2, far coarser than the softmax needs. Score functions whose
-logits come out of SDPA's own float32 accumulation (``dot``, ``scaled_dot``,
-``cosine``) or are bounded (``additive``: |vᵀtanh(·)| ≤ ‖v‖₁) keep their 16-bit
-fast paths. ``tests/test_attention.py`` checks every score function, forward
-and backward, in float16 and bfloat16 (true and autocast) against float64.
+a resolution of 2, far coarser than the softmax needs. ``cosine`` normalises
+and applies τ in float32. The rest depends on the device: on CPU,
+:func:`sdpa_attend` (``dot``, ``scaled_dot``, ``cosine``) and ``additive``
+compute in float32 too (CPU SDPA's 16-bit math keeps logits and softmax in 16
+bits); on CUDA they keep their 16-bit fast paths (the fused SDPA kernels
+accumulate QKᵀ and the softmax in float32; ``additive``'s logits are bounded,
+|vᵀtanh(·)| ≤ ‖v‖₁). ``scores`` returns float32 logits for 16-bit inputs for
+every score function but ``additive``. ``tests/test_attention.py`` checks
+every score function, forward and backward, in float16 and bfloat16 (true and
+autocast), head_dim 16/32/64, against float64 (CPU only).
 """
 
 from __future__ import annotations
@@ -256,7 +261,27 @@ def sdpa_attend(
 
     Returns:
         B×H×Lq×d_v; zero rows where all keys are padding.
+
+    Precision: on CPU, float16/bfloat16 inputs (or CPU autocast) are computed
+    on float32 copies with autocast off, and the output is cast back to
+    ``value``'s dtype when that is 16-bit (float32 otherwise): CPU SDPA runs its
+    16-bit math with 16-bit logits and softmax, and a bfloat16 logit of
+    magnitude 128 has a resolution of 1 (bfloat16 q/k gradients of ``dot`` were
+    off by 30–40% at head_dim 64, input scale 4). On CUDA the 16-bit inputs go
+    to the fused flash/memory-efficient kernels unchanged; those accumulate QKᵀ
+    and the online softmax in float32 (Dao et al. 2022, *FlashAttention*, §3.1;
+    not measured on a GPU here). Float32 and float64 inputs (without CPU
+    autocast) take the same path as before.
     """
+    if query.device.type == "cpu" and (
+        torch.is_autocast_enabled("cpu") or any(t.dtype in LOW_PRECISION for t in (query, key, value))
+    ):
+        def up(t: Tensor | None) -> Tensor | None:
+            return t.float() if t is not None and t.dtype in LOW_PRECISION else t
+
+        with torch.autocast("cpu", enabled=False):
+            out = sdpa_attend(up(query), up(key), up(value), key_padding_mask, dropout_p, scale, up(key_bias))
+        return out.to(value.dtype) if value.dtype in LOW_PRECISION else out
     if key_padding_mask is None:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=key_bias, dropout_p=dropout_p, scale=scale)
     all_pad = key_padding_mask.all(dim=-1)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.base import LOW_PRECISION, ScoreFunction, float32_when_low_precision, sdpa_attend
 from attnbench.attention.registry import register
 
 
@@ -29,7 +29,9 @@ class CosineScore(ScoreFunction):
     Parameters: ``log_temperature`` H (τ = exp(log_temperature)).
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
     Fast path: SDPA on normalised q, k with τ folded into q's normalising
-    factor (one elementwise pass per tensor).
+    factor (one elementwise pass per tensor). For float16/bfloat16 inputs (or
+    autocast) the normalisation and τ run in float32 (τ's gradient is a sum
+    over every query; in bfloat16 it was off by 5–6%), and so do ``scores``.
     """
 
     def __init__(
@@ -66,9 +68,20 @@ class CosineScore(ScoreFunction):
             factor.mul_(scale[:, None, None])
         return x.mul_(factor)
 
+    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
-        return self._unit(query, self.temperature()) @ self._unit(key).transpose(-2, -1)
+        return self._unit(query, self.temperature().to(query.dtype)) @ self._unit(key).transpose(-2, -1)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+        device = query.device.type
+        if torch.is_autocast_enabled(device) or any(t.dtype in LOW_PRECISION for t in (query, key, value)):
+            # the normalisation and τ (and τ's gradient, a sum over B×L) in float32; on CPU the unit vectors stay
+            # float32 (sdpa_attend computes there in float32), on CUDA they go to the fused 16-bit kernels
+            with torch.autocast(device, enabled=False):
+                q_unit = self._unit(query.float(), self.temperature().float())
+                k_unit = self._unit(key.float())
+            if device != "cpu":
+                q_unit, k_unit = q_unit.to(value.dtype), k_unit.to(value.dtype)
+            return sdpa_attend(q_unit, k_unit, value, key_padding_mask, dropout_p, scale=1.0)
         return sdpa_attend(self._unit(query, self.temperature()), self._unit(key), value, key_padding_mask,
                            dropout_p, scale=1.0)

@@ -6,7 +6,7 @@ import math
 
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, sdpa_attend
+from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
 from attnbench.attention.registry import register
 
 
@@ -19,9 +19,13 @@ class ScaledDotScore(ScoreFunction):
     unit-variance components, so the softmax does not saturate as d_k grows.
 
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk. No parameters.
+    ``scores`` of float16/bfloat16 inputs are float32 (16-bit logits lose the
+    softmax's resolution); :func:`~attnbench.attention.base.sdpa_attend` says how
+    the fast path treats 16-bit inputs.
     Fast path: SDPA with ``scale=1/√d``.
     """
 
+    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
 

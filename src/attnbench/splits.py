@@ -56,7 +56,7 @@ def contained(needles: Sequence[str], haystacks: Sequence[str]) -> list[bool]:
 
     Cost: one numpy pass over the haystack bytes per distinct anchor length (at most ``ANCHOR_BYTES``),
     plus byte comparisons at the candidates. Measured on the 2-core CI machine: IMDB, 1,250 reviews in the
-    other 23,750 (31 MB) 1.7 s, all 25,000 test reviews 2.1 s (a joined-string ``in`` per needle: ~80 s);
+    other 23,750 (31 MB) 1.7 s, all 25,000 test reviews 2.1 s (a joined-string ``in`` per needle: ~55 s);
     SST-2, 3,367 phrases in 64k 2.5 s.
 
     Args:

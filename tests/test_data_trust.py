@@ -76,16 +76,18 @@ def test_a_phrase_goes_to_validation_only_with_every_sentence_that_contains_it()
         assert ("b c" in val) == ("a b c d" in val and "x b c y" in val)
 
 
-@pytest.mark.parametrize("chunk", [3, 64, None])
-def test_contained_agrees_with_a_plain_substring_search(monkeypatch, chunk):
+@pytest.mark.parametrize("chunk, max_places", [(3, 64), (64, 2), (None, 64)])
+def test_contained_agrees_with_a_plain_substring_search(monkeypatch, chunk, max_places):
     """The windowed-hash search against ``any(n in h for h in haystacks)`` on random texts: short and long
-    needles (anchor = whole needle, or its middle 32 bytes), multi-byte UTF-8, needles that span two haystacks
-    (never contained), needles sharing their anchor, and the hash chunks' seams (``chunk`` window starts)."""
+    needles (anchor = whole needle, or its middle 32 bytes), multi-byte UTF-8, repetitive text, needles that
+    span two haystacks (never contained), needles sharing their anchor, the hash chunks' seams (``chunk``
+    window starts) and the plain-search fallback for common anchors (``max_places``)."""
     if chunk:
         monkeypatch.setattr(splits, "_CHUNK", chunk)
+    monkeypatch.setattr(splits, "_MAX_PLACES", max_places)
     rng = random.Random(chunk or 0)
     for trial in range(100):
-        alphabet = rng.choice(["ab", "ab é", "abcdefghij ", "x€y "])
+        alphabet = rng.choice(["a", "ab", "ab é", "abcdefghij ", "x€y "])
         hays = ["".join(rng.choices(alphabet, k=rng.randint(0, 90))) for _ in range(rng.randint(0, 10))]
         needles = []
         for _ in range(rng.randint(1, 25)):

@@ -39,6 +39,7 @@ NGRAM_BUDGET = 40_000_000  # words joined into n-grams by the containment search
 ANCHOR_BYTES = 32  # longest anchor window hashed per needle (bytes of UTF-8)
 _CHUNK = 1 << 20  # window starts hashed per step (temporary arrays of 8 MB)
 _TABLE_BITS = 24  # prefilter: a bit per top-24-bit hash value
+_MAX_PLACES = 64  # anchor occurrences in one chunk compared one by one; past it, one plain search of the needle
 _BASE = 0x9E3779B97F4A7C15  # odd, so it has an inverse modulo 2**64
 
 
@@ -52,7 +53,9 @@ def contained(needles: Sequence[str], haystacks: Sequence[str]) -> list[bool]:
     joined haystacks comes from one prefix sum (vectorised with numpy, one pass per distinct ``k``); windows
     whose hash equals some anchor's are candidates, and a needle counts as contained only when the bytes at a
     candidate equal the whole needle. A needle that occurs has its anchor's window hash at that place, so
-    nothing is missed; hash collisions only add candidates that the byte comparison rejects.
+    nothing is missed; hash collisions only add candidates that the byte comparison rejects. A needle whose
+    anchor is common (more than ``_MAX_PLACES`` places in a chunk, e.g. repetitive text) is decided by one
+    plain search of the joined bytes instead, so no needle costs more than one pass over the haystack.
 
     Cost: one numpy pass over the haystack bytes per distinct anchor length (at most ``ANCHOR_BYTES``),
     plus byte comparisons at the candidates. Measured on the 2-core CI machine: IMDB, 1,250 reviews in the
@@ -133,7 +136,9 @@ def contained(needles: Sequence[str], haystacks: Sequence[str]) -> list[bool]:
                 places = cand[s:t].tolist()
                 left = []
                 for i, b, off in by_hash[hv]:
-                    if any(q >= off and hay[q - off:q - off + len(b)] == b for q in places):
+                    if len(places) > _MAX_PLACES and len(b) > k:  # a common anchor (repetitive text): decide now
+                        found[i] = b in hay
+                    elif any(q >= off and hay[q - off:q - off + len(b)] == b for q in places):
                         found[i] = True
                     else:
                         left.append((i, b, off))

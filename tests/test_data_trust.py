@@ -4,15 +4,19 @@ a cache key of every setting that changes the tokenized splits, labels matched b
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import datasets
+import pyarrow.parquet as pq
 import pytest
 
 from attnbench.data import DataConfigError, TextClassificationDataModule
-from attnbench.splits import carve_disjoint, normal_form
+from attnbench import splits
+from attnbench.splits import carve_disjoint, contained, normal_form, overlap_counts
 
 from .conftest import REPO_ROOT, train_env
 from .test_data_faults import toy_module, write_split
@@ -70,6 +74,117 @@ def test_a_phrase_goes_to_validation_only_with_every_sentence_that_contains_it()
         assert not [t for t in val if t in train], seed
         assert sorted(carving.train + carving.val) == list(range(7))
         assert ("b c" in val) == ("a b c d" in val and "x b c y" in val)
+
+
+@pytest.mark.parametrize("chunk, max_places", [(3, 64), (64, 2), (None, 64)])
+def test_contained_agrees_with_a_plain_substring_search(monkeypatch, chunk, max_places):
+    """The windowed-hash search against ``any(n in h for h in haystacks)`` on random texts: short and long
+    needles (anchor = whole needle, or its middle 32 bytes), multi-byte UTF-8, repetitive text, needles that
+    span two haystacks (never contained), needles sharing their anchor, the hash chunks' seams (``chunk``
+    window starts) and the plain-search fallback for common anchors (``max_places``)."""
+    if chunk:
+        monkeypatch.setattr(splits, "_CHUNK", chunk)
+    monkeypatch.setattr(splits, "_MAX_PLACES", max_places)
+    rng = random.Random(chunk or 0)
+    for trial in range(100):
+        alphabet = rng.choice(["a", "ab", "ab é", "abcdefghij ", "x€y "])
+        hays = ["".join(rng.choices(alphabet, k=rng.randint(0, 90))) for _ in range(rng.randint(0, 10))]
+        needles = []
+        for _ in range(rng.randint(1, 25)):
+            if hays and rng.random() < 0.5:
+                h = rng.choice(hays)
+                a = rng.randint(0, len(h))
+                needles.append(h[a:rng.randint(a, len(h))])
+            else:
+                needles.append("".join(rng.choices(alphabet, k=rng.randint(0, 80))))
+        if len(hays) >= 2:
+            needles.append(hays[0][-4:] + hays[1][:4])  # across the seam of two haystacks
+            needles.append(hays[0][:40] + "#")  # same anchor as a contained needle, not contained
+        assert contained(needles, hays) == [any(n in h for h in hays) for n in needles], trial
+
+
+def long_texts(n: int, rng: random.Random, words: int) -> list[str]:
+    vocab = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9))) for _ in range(5000)]
+    return [" ".join(rng.choices(vocab, k=words)) for _ in range(n)]
+
+
+def test_a_validation_text_quoted_in_a_long_training_text_moves_to_train():
+    """Long texts, as IMDB: a 300-character text quoted inside a longer one (IMDB train row 8699, 297 characters,
+    inside a 309-character review). Before: the final substring pass was skipped past a cost budget that this
+    data passes (checked below), so quoted texts stayed in validation and the counts, on a sample, showed 0."""
+    rng = random.Random(0)
+    quoted = long_texts(400, rng, 50)  # ~300 characters each
+    filler = long_texts(17_600, rng, 250)  # ~1,500
+    quoting = [f"{a} {q} {b}" for q, a, b in zip(quoted, filler[:400], filler[400:800])]  # quoted[i] in quoting[i]
+    texts = quoted + quoting + filler[800:]
+    rng.shuffle(texts)
+    row = {t: r for r, t in enumerate(texts)}
+    n_val = 900
+    carving = carve_disjoint(texts, n_val, seed=0)
+    assert carving.containment_searched is False and carving.phrase_level is False  # long texts: no phrase search
+    train, val = set(carving.train), set(carving.val)
+    assert sorted(train | val) == list(range(len(texts))) and not train & val
+    joined = "\n".join(texts[r] for r in train)
+    assert sum(len(joined) * (1 + len(texts[r]) / 256) for r in val) > 1e11  # the former CARVE_SCAN_BUDGET
+    # Every text is distinct and only quoted[i] is inside another text (quoting[i]), so exactly the quoted texts
+    # picked for validation whose quoting text was not moved them (n_val - len(val) of them) back to training.
+    leaked = [i for i in range(400) if row[quoted[i]] in val and row[quoting[i]] in train]
+    assert leaked == []
+    movable = [i for i in range(400) if row[quoted[i]] in train and row[quoting[i]] in train]
+    assert 1 <= carving.moved_to_train == n_val - len(val) <= len(movable)
+    assert [texts[r] for r in sorted(val)[:60] if texts[r] in joined] == []  # a plain search agrees (sample)
+    train_texts = [texts[r] for r in sorted(train)]
+    counts = overlap_counts(train_texts, [texts[r] for r in sorted(val)])
+    assert counts == {"n": len(val), "verbatim": 0, "substring": 0, "substring_checked": len(val)}
+    # Test texts: 3 copies of training texts (identical, so also contained), 2 parts of training texts, 4 new.
+    in_train = [texts[r] for r in sorted(train)[:5]]
+    test = [in_train[0], in_train[1].upper(), in_train[2], in_train[3][100:400], in_train[4][:50]] + long_texts(
+        4, random.Random(1), 60)
+    assert overlap_counts(train_texts, test) == {"n": 9, "verbatim": 3, "substring": 5, "substring_checked": 9}
+
+
+def imdb_texts(data_dir: Path, split: str) -> list[str]:
+    return pq.read_table(data_dir / "imdb" / f"{split}.parquet", columns=["text"]).column("text").to_pylist()
+
+
+def test_imdb_carving_shares_no_text_with_training(data_dir):
+    """Real IMDB, the data module's carving (size and seed of conf/data/imdb.yaml): long reviews, where the phrase
+    search stops at its budget. Train row 8699 (297 characters) is quoted in a 309-character training review.
+    Before: it stayed in validation (moved_to_train 0) and the log said "val 0 of 1,250 ... 0 contained (searched
+    a sample of 104)", test "118 identical, 0 contained (sample of 104)". Now every text is searched: the review
+    moves to training, and the test's contained count includes its 118 identical reviews."""
+    texts = imdb_texts(data_dir, "train")
+    start = time.perf_counter()
+    carving = carve_disjoint(texts, 1250, seed=1234)
+    train = [texts[r] for r in carving.train]
+    val_counts = overlap_counts(train, [texts[r] for r in carving.val])
+    test_counts = overlap_counts(train, imdb_texts(data_dir, "test"))
+    seconds = time.perf_counter() - start
+    assert carving.containment_searched is False and carving.moved_to_train == 1
+    assert 8699 in carving.train and len(carving.val) == 1249
+    assert val_counts == {"n": 1249, "verbatim": 0, "substring": 0, "substring_checked": 1249}
+    assert test_counts == {"n": 25000, "verbatim": 118, "substring": 118, "substring_checked": 25000}
+    quoted = normal_form(texts[8699])
+    assert len(quoted) == 297 and [t for t in train if len(t) == 309 and quoted in normal_form(t)]
+    assert seconds < 60, seconds  # once per cache build; measured 12 s on 2 loaded cores
+
+
+@pytest.mark.slow
+def test_imdb_data_module_logs_full_overlap_counts(data_dir, tmp_path, caplog):
+    """The same as :func:`test_imdb_carving_shares_no_text_with_training` through the data module: its
+    ``meta.json`` and log line (~95 s on 2 loaded cores, mostly tokenizing and saving 50,000 reviews)."""
+    dm = TextClassificationDataModule(name="imdb", hub_id="stanfordnlp/imdb", text_column="text",
+                                      label_column="label", local_dir=str(data_dir), cache_dir=str(tmp_path),
+                                      val_size=0.05, split_seed=1234, max_length=8, tokenizer={"kind": "bytes"})
+    with caplog.at_level("INFO"):
+        dm.setup()
+    leak = json.loads((dm.cache_dir / "meta.json").read_text())["leakage"]
+    assert leak["moved_to_train"] == 1 and 8699 in dm.splits["train"].row_ids
+    assert leak["val"] == {"n": 1249, "verbatim": 0, "substring": 0, "substring_checked": 1249}
+    assert leak["test"] == {"n": 25000, "verbatim": 118, "substring": 118, "substring_checked": 25000}
+    assert ("val 0 of 1,249 identical to a training text, 0 contained as a substring; test 118 of 25,000 identical "
+            "to a training text, 118 contained as a substring") in caplog.text
+    assert "sample" not in caplog.text
 
 
 # -------------------------------------------------------------------------------------- tokenizers

@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 from attnbench.callbacks import RunStats
+from attnbench.console import format_summary
 from attnbench.data import TextClassificationDataModule
 from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
@@ -48,7 +49,6 @@ warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to d
 warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
 # Noise from library internals that users cannot act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
-warnings.filterwarnings("ignore", message=r".*The anonymous setting has no effect.*")
 
 
 def _sqlite_url(path: str) -> str:
@@ -127,6 +127,16 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
                  max_steps, batches_per_epoch, max_steps)
         return {"val_check_interval": max_steps}
     return {}
+
+
+def _log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
+    """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
+    (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
+    ``time/total_sec``, the post-training ``diag/*``), at the run's last step, so that the loggers hold
+    what ``metrics.json`` holds. Loggers are rank-zero-only: other ranks write nothing."""
+    for logger in trainer.loggers:
+        logger.log_metrics(dict(figures), step=trainer.global_step)
+        logger.save()
 
 
 def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
@@ -268,6 +278,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
+    whole_run = {k: v for k, v in summary.items() if k not in fit_metrics and k not in test_metrics}
+    with guard.translating(wandb_logger):
+        _log_whole_run(trainer, whole_run)
     info: dict[str, Any] = {
         "run_name": cfg.run_name,
         "attention": cfg.attention.name,
@@ -302,32 +315,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             wandb.finish()
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"W&B finish failed: {err}", stacklevel=1)
-    log.info("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
-    _print_summary(summary, info)
+    print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
     return summary
-
-
-def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"attnbench · {info['run_name']}", show_header=True, header_style="bold")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in sorted(summary):
-        value = summary[key]
-        table.add_row(key, f"{value:,.4f}" if abs(value) < 1e4 else f"{value:,.0f}")
-    console = Console(stderr=False, soft_wrap=True)
-    console.print(table)
-    console.print(f"Outputs: {info['output_dir']}  (metrics.json, csv/metrics.csv, checkpoints/)")
-    if info.get("wandb_run_dir"):
-        if info.get("wandb_mode") == "offline":
-            console.print(
-                f"W&B offline run: {info['wandb_run_dir']}\n"
-                f"  upload: wandb sync {info['wandb_run_dir']}    browse here: wandb leet {info['wandb_run_dir']}"
-            )
-        else:
-            console.print(f"W&B run: {info['wandb_run_dir']}")
 
 
 def _in_sweep() -> bool:

@@ -1,0 +1,97 @@
+"""What a user sees on the console of a run, and what the run leaves in its CSV log (issue 14)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+from attnbench.console import format_summary, human_bytes, human_seconds
+
+from .conftest import REPO_ROOT, train_env
+
+TINY = ["model=tiny", "data.max_train_samples=320", "data.max_eval_samples=64"]
+NOISE = ("litlogger", "anonymous setting", "GPU available", "TPU available", "FLOPs", "Summary: {",
+         "Seed set to", "Restoring states", "UserWarning")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, data_dir, cache_dir):
+    """A 7-step run (max_steps stops it in its 2nd epoch of 5 batches, max_epochs=3): its console and dir."""
+    run_dir = tmp_path_factory.mktemp("console") / "run"
+    proc = subprocess.run(
+        [sys.executable, "train.py", *TINY, "trainer.max_epochs=3", "trainer.max_steps=7",
+         "callbacks.run_stats.warmup_steps=2", f"hydra.run.dir={run_dir}"],
+        cwd=REPO_ROOT, env=train_env(data_dir, cache_dir), capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr, run_dir
+
+
+def test_summary_printed_once_headline_first_in_human_units(tiny_run):
+    console, run_dir = tiny_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert console.count("attnbench · scaled_dot-sst2-s0 · done") == 1
+    lines = console.split("attnbench · scaled_dot-sst2-s0 · done\n", 1)[1].splitlines()
+    labels = [line.split("  ")[1] if line.startswith("  ") else None for line in lines[:7]]
+    assert [label.strip() for label in labels] == ["test/acc", "val/acc_best", "train tokens/s", "test tokens/s",
+                                                    "peak memory", "parameters", "total time"]
+    values = {line[2:18].strip(): line[18:].strip() for line in lines[:7]}
+    assert values["test/acc"] == f"{metrics['test/acc']:.4f}"
+    assert values["val/acc_best"] == f"{metrics['val/acc_best']:.4f}"
+    assert values["train tokens/s"] == f"{metrics['train/tokens_per_sec']:,.0f}"
+    assert values["test tokens/s"] == f"{metrics['test/tokens_per_sec']:,.0f}"
+    assert values["peak memory"] == human_bytes(metrics["perf/peak_mem_bytes"])
+    assert re.fullmatch(r"\d+\.\d (MiB|GiB)", values["peak memory"])
+    assert values["total time"] == human_seconds(metrics["time/total_sec"])
+    assert f"All {len([k for k in metrics if '/' in k])} figures: {run_dir}/metrics.json" in console
+    # the full set is not printed: a diagnostic and f1 live in metrics.json only
+    assert "diag/entropy" in metrics and "diag/entropy" not in console and "test/f1_macro" not in console
+
+
+def test_no_library_noise(tiny_run):
+    console, _ = tiny_run
+    for noise in NOISE:
+        assert noise not in console, noise
+
+
+def test_progress_bar_counts_to_the_max_steps_stop(tiny_run):
+    """5 batches an epoch, max_steps=7: the run stops in epoch 1 after 2 of its batches."""
+    console, _ = tiny_run
+    bars = re.findall(r"Epoch (\d+)/(\d+)\s+\S+\s+(\d+)/(\d+)", console)
+    assert bars, console
+    assert {(e, last) for e, last, _, _ in bars} == {("0", "1"), ("1", "1")}
+    assert {(e, n, total) for e, _, n, total in bars} == {("0", "5", "5"), ("1", "2", "2")}
+
+
+def test_csv_log_holds_the_whole_run_figures(tiny_run):
+    """csv/metrics.csv ends with one row holding the figures of metrics.json that are not per-step series."""
+    _, run_dir = tiny_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    with open(run_dir / "csv" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = {k: v for k, v in rows[-1].items() if v != ""}
+    for key in ("train/tokens_per_sec", "test/tokens_per_sec", "perf/peak_mem_bytes", "model/params",
+                "time/total_sec", "train/samples_per_sec", "diag/entropy"):
+        assert key in last, (key, sorted(last))
+        assert math.isclose(float(last[key]), metrics[key], rel_tol=1e-9), key
+    assert int(last["step"]) == 7
+    # every figure of metrics.json is somewhere in the CSV log
+    logged = {k for row in rows for k, v in row.items() if v != ""}
+    assert {k for k in metrics if "/" in k and not k.startswith(("best_", "wandb_"))} <= logged
+
+
+def test_format_summary_units():
+    assert human_bytes(776548352) == "740.6 MiB"
+    assert human_bytes(3 * 2**30) == "3.0 GiB"
+    assert human_seconds(24.12) == "24.1 s"
+    assert human_seconds(125) == "2 min 05 s"
+    assert human_seconds(3725) == "1 h 02 min"
+    text = format_summary({"test/acc": 0.80512, "time/total_sec": 130.0}, {"run_name": "r", "output_dir": "/o"})
+    lines = text.splitlines()
+    assert lines[1].split() == ["test/acc", "0.8051"] and lines[3].split() == ["train", "tokens/s", "-"]
+    assert lines[7].split() == ["total", "time", "2", "min", "10", "s"]

@@ -15,7 +15,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
@@ -29,16 +28,14 @@ from pytorch_lightning.callbacks.progress import ProgressBar
 from attnbench.callbacks import RunStats
 from attnbench.console import format_summary
 from attnbench.data import TextClassificationDataModule
-from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
+from attnbench.distributed import global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
-from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_failed, run_cli
+from attnbench.faults import FaultGuard, check_output_dir, check_run_config
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
 from attnbench.resume import ResumeState, checkpoint_extras, resolve_checkpoint
 
 log = logging.getLogger("attnbench")
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 # Lightning's advice to add DataLoader workers does not fit a 2-core machine
 # where collation is cheap; the number of workers is data.num_workers.
@@ -49,16 +46,6 @@ warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to d
 warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
 # Noise from library internals that users cannot act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
-
-
-def _sqlite_url(path: str) -> str:
-    """``${attnbench.sqlite:outputs/hpo/optuna.db}`` -> ``sqlite:////abs/outputs/hpo/optuna.db``, folder created."""
-    file = Path(path).expanduser().resolve()
-    file.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{file}"
-
-
-OmegaConf.register_new_resolver("attnbench.sqlite", _sqlite_url, replace=True)
 
 
 def _output_dir(cfg: DictConfig) -> Path:
@@ -319,61 +306,5 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def _in_sweep() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _record_failure(cfg: DictConfig, err: BaseException) -> None:
-    """``<output_dir>/error.json`` for a failed sweep job: the job's overrides and the error (rank 0 only)."""
-    if global_rank_from_env(_processes_per_node(cfg)) != 0:
-        return
-    try:
-        output_dir = _output_dir(cfg)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(output_dir / "error.json", {
-            "status": "failed",
-            "error": f"{type(err).__name__}: {err}",
-            "run_name": str(cfg.get("run_name")),
-            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
-        })
-    except Exception as write_err:  # noqa: BLE001 - never hide the original error
-        log.warning("Could not write error.json: %s", write_err)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def hydra_main(cfg: DictConfig) -> float | None:
-    """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
-
-    A failed job of a sweep leaves ``error.json`` (and, for a fault during
-    training, ``failure.json``) in its output dir and an ERROR line in its
-    ``train.log``; its exception goes to Hydra, so the other jobs still run,
-    the Optuna sweeper records the trial as failed and goes on
-    (``hydra.sweeper.max_failure_rate``), and :class:`attnbench.faults.SweepReport`
-    lists the failed jobs when all are done (exit code 1).
-    """
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    metric = cfg.get("optimized_metric")
-    try:
-        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
-            summary = train(cfg)
-        if metric and summary.get(metric) is None:
-            raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
-    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
-        if _in_sweep():
-            _record_failure(cfg, err)
-        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
-    except Exception as err:  # a bug: the traceback, and in a sweep the other jobs still run
-        if _in_sweep():
-            _record_failure(cfg, err)
-            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
-        raise
-    return float(summary[metric]) if metric else None
-
-
-def main() -> None:
-    """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`faults.run_cli`."""
-    run_cli(hydra_main)
-
-
-if __name__ == "__main__":
-    main()
+# The command line lives in attnbench.cli (no torch at import: fast --help); these names stay importable here.
+from attnbench.cli import hydra_main, main  # noqa: E402, F401

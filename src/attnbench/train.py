@@ -126,6 +126,35 @@ def _log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
         logger.save()
 
 
+def link_last_to_best(best: Path, last: Path) -> bool:
+    """Keep one copy of the final checkpoint: ``last`` becomes a relative symlink to ``best`` when both were
+    taken at the same optimizer step with the same weights (the same training state, saved twice).
+
+    A run whose best ``val/acc`` came at its last validation otherwise keeps two files with the same
+    weights (the epoch file of ``ModelCheckpoint(save_top_k=1)`` and ``last.ckpt`` of ``save_last``).
+    Done once the run has finished: during training ``last.ckpt`` stays a file of its own, so an
+    interrupted run resumes from it as before; afterwards ``ckpt_path=<run>/checkpoints/last.ckpt`` loads
+    the same state through the link. When the best epoch is an earlier one, both files are kept.
+
+    Returns:
+        True when ``last`` is now a link to ``best``.
+    """
+    if not best.is_file() or not last.is_file() or last.is_symlink() or best.resolve() == last.resolve():
+        return False
+    import torch
+
+    a, b = (torch.load(p, map_location="cpu", weights_only=False, mmap=True) for p in (best, last))
+    weights_a, weights_b = a.get("state_dict") or {}, b.get("state_dict") or {}
+    if a.get("global_step") != b.get("global_step") or weights_a.keys() != weights_b.keys() \
+            or not all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a):
+        return False
+    tmp = last.with_name(last.name + ".link")
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(best, last.parent), tmp)
+    tmp.replace(last)  # atomic: last.ckpt is the old file or the link, never absent
+    return True
+
+
 def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
     """The ``model``, ``attention`` and ``optim`` arguments of ``TextClassifierModule`` as plain dicts."""
     return {
@@ -295,6 +324,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     with guard.translating(wandb_logger):
         _write_json(output_dir / "metrics.json", {**summary, **info})
+        if best:
+            link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
     if wandb_logger is not None:
         try:
             import wandb

@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,96 @@ def test_format_summary_units():
     lines = text.splitlines()
     assert lines[1].split() == ["test/acc", "0.8051"] and lines[3].split() == ["train", "tokens/s", "-"]
     assert lines[7].split() == ["total", "time", "2", "min", "10", "s"]
+
+
+def _train(args, env, expect=0):
+    proc = subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == expect, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def test_a_data_fault_leaves_failure_json(tmp_path, cache_dir):
+    """A data failure (a split file missing, Hub unreachable) stops before training: one `Error:` line, no
+    traceback, and failure.json in the run dir (before: only .hydra/ and train.log)."""
+    data = tmp_path / "data" / "sst2"
+    data.mkdir(parents=True)
+    (data / "train.parquet").write_bytes(b"")  # validation.parquet missing
+    env = train_env(tmp_path / "data", cache_dir)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # the Hub fails at once instead of after retries
+    run_dir = tmp_path / "run"
+    proc = _train([*TINY, "logger=csv", f"hydra.run.dir={run_dir}"], env, expect=1)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "missing: validation.parquet" in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["status"] == "failed" and failure["error_type"] == "DataUnavailableError"
+    assert failure["where"] == "before training" and failure["checkpoint"] is None
+    assert f"Error: {failure['error']}" == errors[0]
+    assert not (run_dir / "metrics.json").exists()
+
+
+def test_config_value_error_leaves_failure_json_and_loads_no_torch(tmp_path):
+    """A bad value is answered before torch and Lightning load (fast); the run dir Hydra made gets failure.json."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "train.py", "data.batch_size=0", "logger=csv",
+                           f"hydra.run.dir={run_dir}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 1
+    assert "Error: data.batch_size must be an integer >= 1, got 0" in proc.stderr.splitlines()
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not {"torch", "pytorch_lightning"} & imported
+    assert json.loads((run_dir / "failure.json").read_text())["error"] == "data.batch_size must be an integer >= 1, got 0"
+
+
+def test_help_loads_no_torch():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "train.py", "--help"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "attention: additive, cosine, dot" in proc.stdout
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not {"torch", "pytorch_lightning", "wandb", "datasets"} & imported
+
+
+def test_a_warning_is_one_line_without_its_source(tmp_path, data_dir, cache_dir):
+    """`logger.wandb.mode=online` without credentials: W&B falls back to offline with a warning, printed as one
+    log line (no `file.py:123: UserWarning` and no source line)."""
+    env = train_env(data_dir, cache_dir)
+    env["NETRC"] = str(tmp_path / "no-netrc")
+    proc = _train([*TINY, "trainer.max_steps=2", "logger.wandb.mode=online", f"hydra.run.dir={tmp_path / 'run'}"],
+                  env)
+    console = proc.stdout + proc.stderr
+    assert "W&B could not start online" in console
+    assert not re.search(r"\.py:\d+: \w*Warning", console) and "warnings.warn(" not in console
+    assert "W&B could not start online (no API key" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_a_finished_run_keeps_one_copy_of_its_final_checkpoint(tmp_path, data_dir, cache_dir):
+    """One epoch: the best checkpoint is the last one; last.ckpt becomes a link to it (one 4 MB file, not two), and
+    a run resumed from that last.ckpt in another dir starts at epoch 1 and trains it. (That an epoch-end epoch file
+    and last.ckpt resume to the same outcome as an uninterrupted run is tests/test_resume.py's.)"""
+    env = train_env(data_dir, cache_dir)
+    short, resumed = tmp_path / "short", tmp_path / "resumed"
+    base = [*TINY, "logger=csv", "callbacks.run_stats.warmup_steps=2"]
+    _train([*base, "trainer.max_epochs=1", f"hydra.run.dir={short}"], env)
+    files = sorted((short / "checkpoints").iterdir())
+    best = Path(json.loads((short / "metrics.json").read_text())["best_checkpoint"])
+    last = short / "checkpoints" / "last.ckpt"
+    assert last.is_symlink() and last.resolve() == best.resolve() and len(files) == 2
+    assert [f.name for f in files if not f.is_symlink()] == [best.name]
+    _train([*base, "trainer.max_epochs=2", f"hydra.run.dir={resumed}", f"ckpt_path={last}"], env)
+    metrics = json.loads((resumed / "metrics.json").read_text())
+    assert Path(metrics["resumed_from"]).resolve() == best.resolve()
+    assert metrics["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": 5, "exact": True}
+    assert "Resumed at the start of epoch 1 (step 5)" in (resumed / "train.log").read_text()
+    with open(resumed / "csv" / "metrics.csv", newline="") as f:
+        steps = {int(row["step"]) for row in csv.DictReader(f) if row.get("val/acc")}
+    assert steps == {9}  # only epoch 1's validation (Lightning logs it at step index global_step - 1 = 9)
+
+
+def test_last_checkpoint_kept_when_the_best_is_older(tiny_run):
+    """The tiny run validated at step 5 (epoch end) and stopped at step 7: best (step 5) and last (step 7) differ,
+    so both files stay."""
+    _, run_dir = tiny_run
+    last = run_dir / "checkpoints" / "last.ckpt"
+    best = Path(json.loads((run_dir / "metrics.json").read_text())["best_checkpoint"])
+    assert "step5" in best.name and last.is_file() and not last.is_symlink()

@@ -52,6 +52,9 @@ def test_summary_printed_once_headline_first_in_human_units(tiny_run):
     assert f"All {len([k for k in metrics if '/' in k])} figures: {run_dir}/metrics.json" in console
     # the full set is not printed: a diagnostic and f1 live in metrics.json only
     assert "diag/entropy" in metrics and "diag/entropy" not in console and "test/f1_macro" not in console
+    # ... and the last line of train.log holds them all
+    logged = (run_dir / "train.log").read_text().splitlines()[-1]
+    assert json.loads(logged.split("] Summary: ", 1)[1]) == {k: round(v, 6) for k, v in metrics.items() if "/" in k}
 
 
 def test_no_library_noise(tiny_run):

@@ -116,6 +116,14 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
     return {}
 
 
+def _to_log_files(message: str, *args: Any) -> None:
+    """An INFO record for the job's log files (``train.log``) only, not the console."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 def _log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
     """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
     (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
@@ -333,6 +341,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             wandb.finish()
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"W&B finish failed: {err}", stacklevel=1)
+    _to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
     return summary
 

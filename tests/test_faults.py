@@ -264,14 +264,15 @@ def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
     lines = proc.stderr[proc.stderr.index(f"Sweep {tmp_path / 'sweep_2'}: "):].splitlines()
     assert lines[0] == (f"Sweep {tmp_path / 'sweep_2'}: 3 jobs, 1 failed "
                         "(each failed job wrote error.json and failure.json in its dir)")
-    assert lines[2] == f"  failed  {jobs[1].name}  Error: invalid config: d_model=64 is not divisible by n_heads=3"
+    assert lines[2].startswith(f"  failed  {jobs[1].name}  Error: invalid config: d_model=64 is not divisible by "
+                               "n_heads=3; set model.d_model to a multiple")
     for line, job in ((lines[1], jobs[0]), (lines[3], jobs[2])):
         test_acc = json.loads((job / "metrics.json").read_text())["test/acc"]
         assert line.startswith(f"  ok      {job.name}  test/acc {test_acc:.4f}  train tokens/s "), line
     assert lines[4] == f"Report: python scripts/report.py {tmp_path / 'sweep_2'}"
     failure = json.loads((jobs[1] / "failure.json").read_text())
     assert failure["status"] == "failed" and failure["where"] == "before training"
-    assert failure["error"] == "invalid config: d_model=64 is not divisible by n_heads=3"
+    assert lines[2].endswith(f"Error: {failure['error']}")
     assert "Traceback" not in proc.stderr
 
 

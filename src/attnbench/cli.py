@@ -405,13 +405,14 @@ def _is_rank_zero(cfg: DictConfig) -> bool:
 
 def _record_failure(cfg: DictConfig, err: BaseException) -> None:
     """``<output_dir>/failure.json`` for any failed job (config and data faults included), unless the fault
-    handler of training wrote it already (with the step and checkpoint), or the dir holds another run; in a
+    handler of training wrote it for this error (with the step and checkpoint), or the dir holds another run; in a
     sweep also ``error.json`` (the job's overrides and the error). Rank 0 only."""
     if not _is_rank_zero(cfg) or isinstance(err, OutputDirTaken):
         return
     output_dir = _output_dir(cfg)
-    if not (output_dir / FAILURE_FILE).exists():
-        write_failure(output_dir, err, where="before training")
+    if not getattr(err, "failure_recorded", False):  # FaultGuard wrote it, with the step and the checkpoint
+        trained = any((output_dir / "checkpoints").glob("*.ckpt"))
+        write_failure(output_dir, err, where="after training" if trained else "before training")
     if not _in_sweep():
         return
     try:

@@ -271,6 +271,8 @@ class FaultGuard(pl.Callback):
         except BaseException as err:
             user_error = self.translate(err)
             self._write_failure(user_error or err)
+            with contextlib.suppress(AttributeError):  # attnbench.cli writes failure.json for the other failures
+                (user_error or err).failure_recorded = True
             _finish_wandb(wandb_logger, exit_code=getattr(user_error, "exit_code", 1))
             if user_error is None:
                 raise

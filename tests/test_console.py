@@ -192,3 +192,17 @@ def test_last_checkpoint_kept_when_the_best_is_older(tiny_run):
     last = run_dir / "checkpoints" / "last.ckpt"
     best = Path(json.loads((run_dir / "metrics.json").read_text())["best_checkpoint"])
     assert "step5" in best.name and last.is_file() and not last.is_symlink()
+
+
+def test_wandb_history_ends_with_the_same_whole_run_row(tiny_run):
+    """The W&B run (offline, read back from its .wandb file) gets the same last row as csv/metrics.csv."""
+    from .test_short_run_logging import _wandb_history
+
+    _, run_dir = tiny_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    (wandb_run,) = (run_dir / "wandb").glob("offline-run-*")
+    values = _wandb_history(wandb_run)[-1]
+    for key in ("train/tokens_per_sec", "test/tokens_per_sec", "perf/peak_mem_bytes", "model/params",
+                "time/total_sec"):
+        assert math.isclose(float(values[key]), metrics[key], rel_tol=1e-9), key
+    assert values["trainer/global_step"] == 7

@@ -348,3 +348,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 # The command line lives in attnbench.cli (no torch at import: fast --help); these names stay importable here.
 from attnbench.cli import hydra_main, main  # noqa: E402, F401
+
+if __name__ == "__main__":  # `python -m attnbench.train ...`: how DDP child processes run the job (distributed.py)
+    main()

@@ -62,7 +62,7 @@ def test_misspelt_key_names_the_closest_keys(tmp_path):
     assert proc.returncode == 1
     message = proc.stderr.strip()
     assert "\n" not in message and "Traceback" not in message
-    assert message.startswith("Unknown config key 'model.d_modle': did you mean model.d_model? 'model' has: d_model, "
+    assert message.startswith("Error: Unknown config key 'model.d_modle': did you mean model.d_model? 'model' has: d_model, "
                               "n_heads, ")
     assert message.endswith("pooling. (To add a new key on purpose, write +model.d_modle=...)")
     assert not (tmp_path / "run").exists()

@@ -261,8 +261,18 @@ def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
     jobs = sorted((tmp_path / "sweep_2").glob("*_scaled_dot-toy-s0"))
     assert [j.name[0] for j in jobs] == ["0", "1", "2"]
     assert [(j / "metrics.json").is_file() for j in jobs] == [True, False, True]
-    assert ("1 of 3 jobs failed (each wrote error.json, and failure.json if it failed during training):\n"
-            f"  {jobs[1]}: invalid config: d_model=64 is not divisible by n_heads=3") in proc.stderr
+    lines = proc.stderr[proc.stderr.index(f"Sweep {tmp_path / 'sweep_2'}: "):].splitlines()
+    assert lines[0] == (f"Sweep {tmp_path / 'sweep_2'}: 3 jobs, 1 failed "
+                        "(each failed job wrote error.json and failure.json in its dir)")
+    assert lines[2].startswith(f"  failed  {jobs[1].name}  Error: invalid config: d_model=64 is not divisible by "
+                               "n_heads=3; set model.d_model to a multiple")
+    for line, job in ((lines[1], jobs[0]), (lines[3], jobs[2])):
+        test_acc = json.loads((job / "metrics.json").read_text())["test/acc"]
+        assert line.startswith(f"  ok      {job.name}  test/acc {test_acc:.4f}  train tokens/s "), line
+    assert lines[4] == f"Report: python scripts/report.py {tmp_path / 'sweep_2'}"
+    failure = json.loads((jobs[1] / "failure.json").read_text())
+    assert failure["status"] == "failed" and failure["where"] == "before training"
+    assert lines[2].endswith(f"Error: {failure['error']}")
     assert "Traceback" not in proc.stderr
 
 

@@ -81,15 +81,15 @@ def test_optuna_sweep_writes_its_study(tmp_path, data_dir, cache_dir):
 
 
 def _assert_failure_list(proc: subprocess.CompletedProcess, sweep_dir: Path, failed: int, total: int) -> list[str]:
-    """The end-of-sweep summary: exit code 1, `<failed> of <total> jobs failed`, one line per failed job naming
-    its output dir and its error; returns those lines."""
+    """The end-of-sweep summary: exit code 1, `Sweep <dir>: <total> jobs, <failed> failed`, one line per job
+    (`ok` or `failed` and its dir's name); returns the failed jobs' lines."""
     assert proc.returncode == 1, f"exit code {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     lines = proc.stderr.splitlines()
-    heads = [i for i, line in enumerate(lines) if line.startswith(f"{failed} of {total} jobs failed")]
+    heads = [i for i, line in enumerate(lines) if line.startswith(f"Sweep {sweep_dir}: {total} jobs, {failed} failed")]
     assert heads, proc.stderr[-4000:]
-    listed = lines[heads[-1] + 1:heads[-1] + 1 + failed]
-    assert all(line.startswith(f"  {sweep_dir}/") for line in listed), listed
-    return listed
+    listed = lines[heads[-1] + 1:heads[-1] + 1 + total]
+    assert all(line.startswith(("  ok      ", "  failed  ")) for line in listed), listed
+    return [line for line in listed if line.startswith("  failed  ")]
 
 
 def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_dir):
@@ -98,7 +98,7 @@ def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_
     proc = _multirun(["model.n_heads=2,3", *SHORT, f"hydra.sweep.dir={sweep_dir}", "logger=csv"],
                      train_env(data_dir, cache_dir), expect_ok=False)
     (line,) = _assert_failure_list(proc, sweep_dir, failed=1, total=2)
-    assert line.startswith(f"  {sweep_dir}/1_") and "d_model=64 is not divisible by n_heads=3" in line
+    assert line.startswith("  failed  1_") and "Error: invalid config: d_model=64 is not divisible by n_heads=3" in line
     ok, failed = sorted(sweep_dir.glob("*/metrics.json")), sorted(sweep_dir.glob("*/error.json"))
     assert len(ok) == 1 and len(failed) == 1
     error = json.loads(failed[0].read_text())
@@ -122,7 +122,7 @@ def test_failed_job_is_listed_with_any_launcher(tmp_path, data_dir, cache_dir, l
     proc = _multirun([f"hydra/launcher={launcher}", *extra, "model.n_heads=2,3", *SHORT, "data.max_train_samples=64",
                       f"hydra.sweep.dir={sweep_dir}", "logger=csv"], train_env(data_dir, cache_dir), expect_ok=False)
     (line,) = _assert_failure_list(proc, sweep_dir, failed=1, total=2)
-    assert line.startswith(f"  {sweep_dir}/1_") and "d_model=64 is not divisible by n_heads=3" in line
+    assert line.startswith("  failed  1_") and "Error: invalid config: d_model=64 is not divisible by n_heads=3" in line
     assert len(list(sweep_dir.glob("*/metrics.json"))) == 1
 
 

@@ -7,3 +7,15 @@ class AttnbenchError(Exception):
 
 class ConfigError(AttnbenchError, ValueError):
     """A config value cannot work (sizes, dropout, unknown options)."""
+
+
+class RunInterrupted(AttnbenchError):
+    """Ctrl-C (SIGINT) or SIGTERM; ``exit_code`` is 128 + the signal number (130 or 143)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class OutputDirTaken(ConfigError):
+    """The output dir holds another run's results; nothing is written into it (no ``failure.json`` either)."""

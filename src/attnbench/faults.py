@@ -8,62 +8,58 @@
   escapes ``trainer.fit``/``trainer.test`` into one :class:`AttnbenchError`
   (out of memory, a failed write, an interrupt), writes ``failure.json`` with
   the metrics so far, and finishes the W&B run.
-- :class:`FreshOutputDir` (a Hydra callback) gives every run and sweep a
-  directory of its own: a re-run never writes into a previous run's outputs,
-  and two jobs started in the same second get distinct directories.
-- :class:`SweepReport` (a Hydra callback) and :func:`run_cli`: a multirun
-  finishes its other jobs when one fails, then lists the failures and exits 1,
-  with any launcher (basic, joblib, submitit) and sweeper (basic, Optuna);
-  :func:`run_cli` also gives a misspelt key a one-line message with the
-  closest valid keys.
+- :class:`FreshOutputDir`, :class:`SweepReport`, :func:`run_cli` and
+  :func:`check_run_config` live in :mod:`attnbench.cli` and
+  :mod:`attnbench.config_checks` (no torch import, so ``--help`` and config
+  errors answer fast) and are importable from here as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import errno
-import json
 import logging
 import math
 import os
 import shlex
 import signal
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from hydra.experimental.callback import Callback as HydraCallback
 from lightning_fabric.utilities.exceptions import MisconfigurationException
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from attnbench.errors import AttnbenchError, ConfigError
-from attnbench.optim import OptimSettings, check_precision
-from attnbench.paths import user_path
+# The command line, the Hydra callbacks and the config checks load no torch (fast --help and config errors);
+# they live in attnbench.cli and attnbench.config_checks, and are importable from here as before.
+from attnbench.cli import (  # noqa: F401
+    FAILURE_FILE,
+    SWEEP_JOBS_DIR,
+    FreshOutputDir,
+    SweepReport,
+    claim_dir,
+    job_failed,
+    run_cli,
+    sweep_failure_summary,
+    sweep_summary,
+    write_failure,
+)
+from attnbench.config_checks import check_run_config  # noqa: F401
+from attnbench.errors import AttnbenchError, ConfigError, OutputDirTaken, RunInterrupted  # noqa: F401
 
 log = logging.getLogger("attnbench")
 
 INTERRUPTED_CKPT = "interrupted.ckpt"
-FAILURE_FILE = "failure.json"
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EDQUOT, errno.EPERM, errno.EEXIST, errno.ENOTDIR,
                  errno.EISDIR, errno.EIO}
 
 
 class NonFiniteLossError(AttnbenchError, FloatingPointError):
     """The training loss became NaN or infinite; training stopped before that step's update."""
-
-
-class RunInterrupted(AttnbenchError):
-    """Ctrl-C (SIGINT) or SIGTERM; ``exit_code`` is 128 + the signal number (130 or 143)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class OutOfMemory(AttnbenchError, MemoryError):
@@ -74,59 +70,6 @@ class OutputWriteError(AttnbenchError, OSError):
     """A checkpoint or other output could not be written (disk full, read-only, permissions)."""
 
 
-# --------------------------------------------------------------------------------------------- config checks
-def check_run_config(cfg: DictConfig) -> None:
-    """Checks of the top-level, data and logger keys that need no model and no data (microseconds).
-
-    Raises:
-        ConfigError: with the key, the value and what it must be.
-    """
-    def is_int(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    seed = cfg.get("seed")
-    if not is_int(seed):
-        raise ConfigError(f"seed must be an integer, got {seed!r}")
-    data = cfg.get("data") or {}
-    for key in ("max_length", "batch_size", "eval_batch_size"):
-        value = data.get(key)
-        if not is_int(value) or value < 1:
-            raise ConfigError(f"data.{key} must be an integer >= 1, got {value!r}")
-    model = cfg.get("model") or {}
-    for key in ("d_model", "n_heads", "n_layers", "d_ff"):
-        if key in model and not is_int(model[key]):
-            raise ConfigError(f"model.{key} must be an integer, got {model[key]!r}")
-    trainer = cfg.get("trainer") or {}
-    for key in ("max_steps", "max_epochs"):
-        value = trainer.get(key)
-        if value is not None and (not is_int(value) or value == 0 or value < -1):
-            raise ConfigError(f"trainer.{key} must be an integer >= 1, or -1 for no limit, got {value!r} "
-                              "(0 would test an untrained model)")
-    ckpt_path = cfg.get("ckpt_path")
-    if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not user_path(ckpt_path).is_file():
-        raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
-                          "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
-    _check_optim(cfg.get("optim") or {})
-    check_precision(trainer.get("precision"))
-    wandb_cfg = (cfg.get("logger") or {}).get("wandb")
-    if wandb_cfg is not None:
-        from attnbench.wandb_mode import resolve_wandb_mode
-
-        try:
-            resolve_wandb_mode(str(wandb_cfg.get("mode", "auto")))
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        timeout = wandb_cfg.get("init_timeout", 60)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ConfigError(f"logger.wandb.init_timeout must be a number of seconds > 0, got {timeout!r}")
-
-
-def _check_optim(optim: Any) -> None:
-    """``optim.*`` values that AdamW or the schedule would reject only once training starts
-    (:meth:`attnbench.optim.OptimSettings.from_config`, the one definition of their defaults and ranges)."""
-    OptimSettings.from_config(optim)
-
-
 def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     """Refuse to write into a directory that already holds a run's results.
 
@@ -135,7 +78,7 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     ``metrics.json`` is refused.
 
     Raises:
-        ConfigError: ``output_dir`` holds ``metrics.json``, or (when not resuming)
+        OutputDirTaken: (a ConfigError) ``output_dir`` holds ``metrics.json``, or (when not resuming)
             ``failure.json`` or checkpoints.
     """
     if os.environ.get("LOCAL_RANK", "0") != "0":
@@ -145,7 +88,7 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     if not resuming and any((output_dir / "checkpoints").glob("*.ckpt")):
         taken.append("checkpoints/")
     if taken:
-        raise ConfigError(
+        raise OutputDirTaken(
             f"{output_dir} already holds a previous run's outputs ({', '.join(taken)}); it is never overwritten. "
             "Choose another output dir (hydra.run.dir=...) or move that run away."
         )
@@ -328,6 +271,8 @@ class FaultGuard(pl.Callback):
         except BaseException as err:
             user_error = self.translate(err)
             self._write_failure(user_error or err)
+            with contextlib.suppress(AttributeError):  # attnbench.cli writes failure.json for the other failures
+                (user_error or err).failure_recorded = True
             _finish_wandb(wandb_logger, exit_code=getattr(user_error, "exit_code", 1))
             if user_error is None:
                 raise
@@ -340,21 +285,8 @@ class FaultGuard(pl.Callback):
                 with contextlib.suppress(TypeError, ValueError, RuntimeError):
                     value = float(v)
                     metrics[k] = value if math.isfinite(value) else str(value)
-        record = {
-            "status": "interrupted" if isinstance(err, RunInterrupted) else "failed",
-            "error": str(err),
-            "error_type": type(err).__name__,
-            "where": self._where(),
-            "checkpoint": str(self.checkpoint) if self.checkpoint else self._last_checkpoint(),
-            "metrics_so_far": metrics,
-        }
-        try:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.output_dir / (FAILURE_FILE + ".tmp")
-            tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
-            tmp.replace(self.output_dir / FAILURE_FILE)
-        except OSError as write_err:
-            log.warning("Could not write %s: %s", self.output_dir / FAILURE_FILE, write_err)
+        write_failure(self.output_dir, err, where=self._where(),
+                      checkpoint=str(self.checkpoint) if self.checkpoint else self._last_checkpoint(), metrics=metrics)
 
 
 def _finish_wandb(wandb_logger: Any, exit_code: int) -> None:
@@ -369,258 +301,3 @@ def _finish_wandb(wandb_logger: Any, exit_code: int) -> None:
         log.warning("W&B finish failed: %s", err)
 
 
-# --------------------------------------------------------------------------------------------- output dirs
-def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
-    """``path``, or ``path_2``, ``path_3``, ... : the first that is absent or empty, claimed atomically.
-
-    A directory is claimed by creating ``marker`` in it with an exclusive create,
-    so two processes racing for one name never both get it.
-    """
-    for i in range(1, 10_000):
-        candidate = path if i == 1 else path.with_name(f"{path.name}_{i}")
-        if candidate.is_dir() and any(candidate.iterdir()) or candidate.exists() and not candidate.is_dir():
-            continue
-        candidate.mkdir(parents=True, exist_ok=True)
-        try:
-            if marker_is_file:
-                with open(candidate / marker, "x"):
-                    pass
-            else:
-                (candidate / marker).mkdir()
-        except FileExistsError:
-            continue
-        return candidate
-    raise ConfigError(f"no free output directory next to {path}")
-
-
-class FreshOutputDir(HydraCallback):
-    """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken).
-
-    Runs before Hydra creates the job directory, so neither ``.hydra/`` nor
-    ``train.log`` of an earlier run is touched.
-    """
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if str(config.hydra.output_subdir).startswith(".pl_ddp_hydra_") or os.environ.get("LOCAL_RANK", "0") != "0":
-            return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
-        if config.get("ckpt_path"):
-            return  # resuming: the run continues in the dir it names (hydra.run.dir=<run dir> ckpt_path=last)
-        wanted = Path(str(config.hydra.run.dir))
-        got = claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench"))
-        self._set(config, "run", wanted, got)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("ckpt_path"):
-            return  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir> ckpt_path=last)
-        wanted = Path(str(config.hydra.sweep.dir))
-        got = claim_dir(wanted, "multirun.yaml", marker_is_file=True)
-        self._set(config, "sweep", wanted, got)
-        # every job's config is composed again from the overrides: make the claimed dir one of them
-        quoted = str(got).replace("\\", "\\\\").replace("'", "\\'")
-        with read_write(config.hydra):
-            config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{quoted}'")
-
-    @staticmethod
-    def _set(config: DictConfig, key: str, wanted: Path, got: Path) -> None:
-        with read_write(config.hydra):
-            config.hydra[key].dir = str(got)
-        if got != wanted:
-            print(f"{wanted} already holds another run; this one writes to {got}", file=sys.stderr)
-
-
-# --------------------------------------------------------------------------------------------- command line
-SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
-_SWEEP: dict[str, Path | None] = {"dir": None}  # the multirun of this (main) process, set when it starts
-
-
-class SweepReport(HydraCallback):
-    """Hydra callback: the end-of-sweep list of failed jobs and exit code 1, whatever the launcher or sweeper.
-
-    - :meth:`on_job_end` runs in the job's own process (the basic launcher's,
-      a joblib worker, a submitit/SLURM job) and writes the job's status to
-      ``<sweep dir>/.attnbench-jobs/<job num>.json`` (``status`` completed or
-      failed, ``error``, ``output_dir``, ``overrides``, ``return_value``).
-    - :meth:`on_multirun_end` (main process) reads them all; when a job failed
-      it prints ``<n> of <m> jobs failed`` with one line per failed job and
-      exits with code 1. Sweepers that record failures and go on (Optuna)
-      reach it; the basic sweeper instead raises the first failed job's error
-      after all jobs ran, and :func:`run_cli` prints the same list from the
-      same records (:func:`sweep_failure_summary`).
-
-    List it after ``fresh_output_dir`` in ``hydra.callbacks`` (it reads the
-    claimed sweep dir). Hydra swallows exceptions raised by callbacks, so the
-    exit is a ``SystemExit(1)``.
-    """
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
-        _SWEEP["dir"] = sweep_dir
-        records = sweep_dir / SWEEP_JOBS_DIR
-        if records.is_dir():  # a resumed sweep (same sweep dir): report this invocation's jobs only
-            for old in records.glob("*.json"):
-                old.unlink(missing_ok=True)
-
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.utils import JobStatus
-        from hydra.types import RunMode
-
-        hydra_cfg = config.hydra
-        if hydra_cfg.mode != RunMode.MULTIRUN or _process_rank() != 0:
-            return  # a single run, or a DDP/SLURM rank other than 0 (rank 0 reports the job)
-        record: dict[str, Any] = {
-            "num": int(hydra_cfg.job.num),
-            "output_dir": str(hydra_cfg.runtime.output_dir),
-            "overrides": list(job_return.overrides or []),
-            "status": "completed" if job_return.status == JobStatus.COMPLETED else "failed",
-        }
-        if job_return.status == JobStatus.COMPLETED:
-            value = job_return.return_value
-            record["return_value"] = value if isinstance(value, int | float | str | type(None)) else repr(value)
-        else:
-            err = getattr(job_return, "_return_value", None)
-            record["error"] = str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}"
-        folder = Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f"{record['num']}.json.tmp"
-            tmp.write_text(json.dumps(record, indent=2))
-            tmp.replace(folder / f"{record['num']}.json")
-        except OSError as err:
-            log.warning("Could not record the job's status in %s: %s", folder, err)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        summary = sweep_failure_summary(Path(str(config.hydra.sweep.dir)))
-        if summary:
-            print(summary, file=sys.stderr, flush=True)
-            raise SystemExit(1)
-
-
-def _process_rank() -> int:
-    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        if os.environ.get(key, "").isdigit():
-            return int(os.environ[key])
-    return 0
-
-
-def sweep_failure_summary(sweep_dir: Path | None) -> str | None:
-    """``"<n> of <m> jobs failed ...:"`` and one ``<output dir>: <error>`` line per failed job, from the
-    records :class:`SweepReport` wrote in ``<sweep_dir>/.attnbench-jobs/``; ``None`` when no job failed."""
-    if sweep_dir is None or not (Path(sweep_dir) / SWEEP_JOBS_DIR).is_dir():
-        return None
-    records = []
-    for path in (Path(sweep_dir) / SWEEP_JOBS_DIR).glob("*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            records.append(json.loads(path.read_text()))
-    failed = sorted((r for r in records if r.get("status") == "failed"), key=lambda r: r.get("num", 0))
-    if not failed:
-        return None
-    lines = [f"{len(failed)} of {len(records)} jobs failed (each wrote error.json, and failure.json if it failed "
-             "during training):"]
-    lines += [f"  {r.get('output_dir')}: {r.get('error')}" for r in failed]
-    return "\n".join(lines)
-
-
-def _report(err: BaseException) -> None:
-    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
-    ERROR record in the job's log files (``train.log``)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-    print(f"Error: {err}", file=sys.stderr, flush=True)
-
-
-def job_failed(err: AttnbenchError) -> None:
-    """Called by the Hydra task on a user-facing error: log one line, then exit (single run, interrupt) or
-    re-raise so that Hydra's multirun records the failure (:class:`SweepReport`) and goes on with the next job."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    _report(err)
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    if multirun and not isinstance(err, RunInterrupted):
-        raise err
-    raise SystemExit(getattr(err, "exit_code", 1)) from None
-
-
-def _config_key_message(err: BaseException) -> str | None:
-    """One line for a misspelt key override, with the closest valid keys; ``None`` for other errors."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    cause = err.__cause__
-    if not isinstance(cause, ConfigKeyError | ConfigAttributeError):
-        return None
-    full_key = str(getattr(cause, "full_key", "") or "")
-    key = str(getattr(cause, "key", "") or full_key.rsplit(".", 1)[-1])
-    parent = getattr(cause, "parent_node", None)
-    options = [str(k) for k in parent] if isinstance(parent, DictConfig) else []
-    prefix = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
-    close = [prefix + c for c in difflib.get_close_matches(key, options, n=3, cutoff=0.6)]
-    if not prefix and isinstance(parent, DictConfig):  # a top-level key: maybe one level down (lr -> optim.lr)
-        nested = {f"{group}.{sub}": str(sub) for group in parent if isinstance(parent.get(group), DictConfig)
-                  for sub in parent.get(group)}
-        close += [path for path, sub in nested.items() if sub in difflib.get_close_matches(key, [sub], cutoff=0.8)]
-    hint = f"did you mean {' or '.join(close[:4])}? " if close else ""
-    where = f"'{prefix[:-1]}'" if prefix else "the config"
-    return (f"Unknown config key '{full_key}': {hint}{where} has: {', '.join(options)}. "
-            f"(To add a new key on purpose, write +{full_key}=...)")
-
-
-def _exit_if_jobs_failed() -> None:
-    """In a multirun whose jobs failed: print :func:`sweep_failure_summary` and exit with code 1."""
-    summary = sweep_failure_summary(_SWEEP["dir"])
-    if summary:
-        print(summary, file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-
-
-def run_cli(hydra_main: Callable[[], Any]) -> None:
-    """Run a ``@hydra.main`` function with one-line messages for the user's mistakes.
-
-    - a misspelt key override: the closest valid keys (Hydra alone suggests appending it with ``+``);
-    - a multirun in which jobs failed: every job still runs; then one line per failed job, exit code 1
-      (:class:`SweepReport` for every launcher and sweeper; here for the sweepers that re-raise a job's error);
-    - Ctrl-C outside training: one line, exit code 130.
-
-    Other Hydra errors (unknown config group option, parse errors) keep Hydra's
-    message, which lists the valid options. ``HYDRA_FULL_ERROR=1`` shows full
-    tracebacks as usual.
-    """
-    from hydra.errors import CompactHydraException
-
-    user_full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
-    _SWEEP["dir"] = None
-    try:
-        hydra_main()
-    except AttnbenchError as err:  # a multirun's sweeper re-raised a failed job's error after all jobs ran
-        _exit_if_jobs_failed()
-        print(f"Error: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
-    except ValueError as err:  # after AttnbenchError: ConfigError is a ValueError too
-        _exit_if_jobs_failed()
-        if not str(err).startswith("Only one of --run, --multirun"):
-            raise
-        print(f"Error: {err}. To see what a sweep will run, print its config without -m: "
-              "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
-        raise SystemExit(2) from None
-    except CompactHydraException as err:
-        _exit_if_jobs_failed()
-        if user_full_error:
-            raise
-        message = _config_key_message(err)
-        if message is None:
-            message = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")
-        print(message, file=sys.stderr)
-        raise SystemExit(1) from None
-    except KeyboardInterrupt:
-        print("Interrupted (Ctrl-C) before training started; nothing to resume.", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
-    except Exception:  # a bug in a job of a basic multirun (its traceback is in its train.log): the same list
-        _exit_if_jobs_failed()
-        raise
-    finally:
-        if user_full_error is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = user_full_error

@@ -43,6 +43,19 @@ def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
         return f"cannot reach {host}:{port} ({_one_line(err)})"
 
 
+def _without_anonymous(logger: Any) -> Any:
+    """``logger`` (a ``WandbLogger`` not yet started) without the ``anonymous`` argument of its ``wandb.init``.
+
+    ``WandbLogger`` always passes ``anonymous=None``; wandb >= 0.19 deprecated the setting and prints
+    ``wandb: WARNING The anonymous setting has no effect`` for any value passed, ``None`` included
+    (``wandb.init`` only leaves it alone when the argument is absent).
+    """
+    init_kwargs = getattr(logger, "_wandb_init", None)
+    if isinstance(init_kwargs, dict) and init_kwargs.get("anonymous") is None:
+        init_kwargs.pop("anonymous", None)
+    return logger
+
+
 def make_wandb_logger(
     save_dir: Path,
     name: str,
@@ -88,7 +101,7 @@ def make_wandb_logger(
 
     save_dir.mkdir(parents=True, exist_ok=True)
     if not start:
-        return WandbLogger(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir), mode=mode)
+        return _without_anonymous(WandbLogger(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir), mode=mode))
     attempts = [mode] if mode == "offline" else [mode, "offline"]
     last_err: Exception | str | None = None
     if mode == "online":
@@ -106,7 +119,7 @@ def make_wandb_logger(
             else:
                 config = {**config, "resumed_from": resume["id"]}
         try:
-            wb = WandbLogger(
+            wb = _without_anonymous(WandbLogger(
                 project=project,
                 entity=entity,
                 name=name,
@@ -117,7 +130,7 @@ def make_wandb_logger(
                 config=config,
                 settings=wandb.Settings(init_timeout=init_timeout, console="off", silent=True),
                 **resume_kwargs,
-            )
+            ))
             run = wb.experiment  # start now, so failures surface here and not mid-training
             if resume_kwargs:
                 log.info("W&B run %s resumed (%s).", run.id, getattr(run, "url", "") or attempt)

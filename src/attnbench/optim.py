@@ -20,12 +20,13 @@ a group without a list to update.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from attnbench.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where it is used: the config checks run before it loads (fast --help/errors)
+    import torch
+    from torch import nn
 
 SCHEDULES = ("cosine", "linear", "constant")
 
@@ -121,6 +122,8 @@ def build_adamw(model: nn.Module, settings: OptimSettings) -> torch.optim.AdamW:
 
     Group 0 is the decayed one, group 1 the other (the order ``LearningRateMonitor`` names them in).
     """
+    import torch
+
     decay, no_decay = decay_parameter_groups(model)
     return torch.optim.AdamW(
         [

@@ -15,7 +15,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
@@ -27,17 +26,16 @@ from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.callbacks.progress import ProgressBar
 
 from attnbench.callbacks import RunStats
+from attnbench.console import format_summary
 from attnbench.data import TextClassificationDataModule
-from attnbench.distributed import ddp_job_scope, global_rank_from_env, use_job_command_for_ddp_children
+from attnbench.distributed import global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
-from attnbench.faults import FaultGuard, check_output_dir, check_run_config, job_failed, run_cli
+from attnbench.faults import FaultGuard, check_output_dir, check_run_config
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
 from attnbench.resume import ResumeState, checkpoint_extras, resolve_checkpoint
 
 log = logging.getLogger("attnbench")
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 # Lightning's advice to add DataLoader workers does not fit a 2-core machine
 # where collation is cheap; the number of workers is data.num_workers.
@@ -48,17 +46,6 @@ warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to d
 warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
 # Noise from library internals that users cannot act on.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
-warnings.filterwarnings("ignore", message=r".*The anonymous setting has no effect.*")
-
-
-def _sqlite_url(path: str) -> str:
-    """``${attnbench.sqlite:outputs/hpo/optuna.db}`` -> ``sqlite:////abs/outputs/hpo/optuna.db``, folder created."""
-    file = Path(path).expanduser().resolve()
-    file.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{file}"
-
-
-OmegaConf.register_new_resolver("attnbench.sqlite", _sqlite_url, replace=True)
 
 
 def _output_dir(cfg: DictConfig) -> Path:
@@ -127,6 +114,53 @@ def _validation_for_short_runs(cfg: DictConfig, datamodule: TextClassificationDa
                  max_steps, batches_per_epoch, max_steps)
         return {"val_check_interval": max_steps}
     return {}
+
+
+def _to_log_files(message: str, *args: Any) -> None:
+    """An INFO record for the job's log files (``train.log``) only, not the console."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def _log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
+    """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
+    (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
+    ``time/total_sec``, the post-training ``diag/*``), at the run's last step, so that the loggers hold
+    what ``metrics.json`` holds. Loggers are rank-zero-only: other ranks write nothing."""
+    for logger in trainer.loggers:
+        logger.log_metrics(dict(figures), step=trainer.global_step)
+        logger.save()
+
+
+def link_last_to_best(best: Path, last: Path) -> bool:
+    """Keep one copy of the final checkpoint: ``last`` becomes a relative symlink to ``best`` when both were
+    taken at the same optimizer step with the same weights (the same training state, saved twice).
+
+    A run whose best ``val/acc`` came at its last validation otherwise keeps two files with the same
+    weights (the epoch file of ``ModelCheckpoint(save_top_k=1)`` and ``last.ckpt`` of ``save_last``).
+    Done once the run has finished: during training ``last.ckpt`` stays a file of its own, so an
+    interrupted run resumes from it as before; afterwards ``ckpt_path=<run>/checkpoints/last.ckpt`` loads
+    the same state through the link. When the best epoch is an earlier one, both files are kept.
+
+    Returns:
+        True when ``last`` is now a link to ``best``.
+    """
+    if not best.is_file() or not last.is_file() or last.is_symlink() or best.resolve() == last.resolve():
+        return False
+    import torch
+
+    a, b = (torch.load(p, map_location="cpu", weights_only=False, mmap=True) for p in (best, last))
+    weights_a, weights_b = a.get("state_dict") or {}, b.get("state_dict") or {}
+    if a.get("global_step") != b.get("global_step") or weights_a.keys() != weights_b.keys() \
+            or not all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a):
+        return False
+    tmp = last.with_name(last.name + ".link")
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(best, last.parent), tmp)
+    tmp.replace(last)  # atomic: last.ckpt is the old file or the link, never absent
+    return True
 
 
 def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
@@ -268,6 +302,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
+    whole_run = {k: v for k, v in summary.items() if k not in fit_metrics and k not in test_metrics}
+    with guard.translating(wandb_logger):
+        _log_whole_run(trainer, whole_run)
     info: dict[str, Any] = {
         "run_name": cfg.run_name,
         "attention": cfg.attention.name,
@@ -295,6 +332,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     with guard.translating(wandb_logger):
         _write_json(output_dir / "metrics.json", {**summary, **info})
+        if best:
+            link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
     if wandb_logger is not None:
         try:
             import wandb
@@ -302,89 +341,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             wandb.finish()
         except Exception as err:  # noqa: BLE001
             warnings.warn(f"W&B finish failed: {err}", stacklevel=1)
-    log.info("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
-    _print_summary(summary, info)
+    _to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
+    print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
     return summary
 
 
-def _print_summary(summary: dict[str, Any], info: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+# The command line lives in attnbench.cli (no torch at import: fast --help); these names stay importable here.
+from attnbench.cli import hydra_main, main  # noqa: E402, F401
 
-    table = Table(title=f"attnbench · {info['run_name']}", show_header=True, header_style="bold")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key in sorted(summary):
-        value = summary[key]
-        table.add_row(key, f"{value:,.4f}" if abs(value) < 1e4 else f"{value:,.0f}")
-    console = Console(stderr=False, soft_wrap=True)
-    console.print(table)
-    console.print(f"Outputs: {info['output_dir']}  (metrics.json, csv/metrics.csv, checkpoints/)")
-    if info.get("wandb_run_dir"):
-        if info.get("wandb_mode") == "offline":
-            console.print(
-                f"W&B offline run: {info['wandb_run_dir']}\n"
-                f"  upload: wandb sync {info['wandb_run_dir']}    browse here: wandb leet {info['wandb_run_dir']}"
-            )
-        else:
-            console.print(f"W&B run: {info['wandb_run_dir']}")
-
-
-def _in_sweep() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _record_failure(cfg: DictConfig, err: BaseException) -> None:
-    """``<output_dir>/error.json`` for a failed sweep job: the job's overrides and the error (rank 0 only)."""
-    if global_rank_from_env(_processes_per_node(cfg)) != 0:
-        return
-    try:
-        output_dir = _output_dir(cfg)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(output_dir / "error.json", {
-            "status": "failed",
-            "error": f"{type(err).__name__}: {err}",
-            "run_name": str(cfg.get("run_name")),
-            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
-        })
-    except Exception as write_err:  # noqa: BLE001 - never hide the original error
-        log.warning("Could not write error.json: %s", write_err)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def hydra_main(cfg: DictConfig) -> float | None:
-    """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
-
-    A failed job of a sweep leaves ``error.json`` (and, for a fault during
-    training, ``failure.json``) in its output dir and an ERROR line in its
-    ``train.log``; its exception goes to Hydra, so the other jobs still run,
-    the Optuna sweeper records the trial as failed and goes on
-    (``hydra.sweeper.max_failure_rate``), and :class:`attnbench.faults.SweepReport`
-    lists the failed jobs when all are done (exit code 1).
-    """
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    metric = cfg.get("optimized_metric")
-    try:
-        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
-            summary = train(cfg)
-        if metric and summary.get(metric) is None:
-            raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
-    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
-        if _in_sweep():
-            _record_failure(cfg, err)
-        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
-    except Exception as err:  # a bug: the traceback, and in a sweep the other jobs still run
-        if _in_sweep():
-            _record_failure(cfg, err)
-            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
-        raise
-    return float(summary[metric]) if metric else None
-
-
-def main() -> None:
-    """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`faults.run_cli`."""
-    run_cli(hydra_main)
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m attnbench.train ...`: how DDP child processes run the job (distributed.py)
     main()

@@ -17,6 +17,9 @@ drops the best score when the dir changes, so a worse later epoch became "best"
 and was tested). A ``trainer.max_steps`` run resumed at an epoch end gets the
 batch order and the logging steps of the uninterrupted run
 (:func:`_samplers_follow_current_epoch`, :meth:`ResumeState.on_train_epoch_start`).
+The metrics last logged before a checkpoint (``trainer.callback_metrics``: the last
+validation's ``val/*``) are stored in it and restored, so a run that stops before
+validating again reports them, and saves its stop checkpoint, as the uninterrupted run does.
 """
 
 from __future__ import annotations

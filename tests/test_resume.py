@@ -45,8 +45,11 @@ FORMS = {
 }
 # Every form resumes after epoch 0 (step 13); these also after epoch 1 (step 26), where max_steps=33 ends inside
 # the next epoch without validating again: the run must still end with the validation of step 26 (before: every
-# val/* was None and ModelCheckpoint skipped its save at the stop).
-LATER_FORMS = ("same_dir-last", "new_dir-last_file")
+# val/* was None and ModelCheckpoint skipped its save at the stop). Those runs keep every epoch's checkpoint
+# (KEEP_ALL): with save_top_k=1, Lightning 2.6 rewrites last.ckpt only when an epoch is a new best, so neither
+# an epoch-1 file nor a step-26 last.ckpt would exist when epoch 1 is not the best.
+LATER_FORMS = ("same_dir-last", "new_dir-finished_run_epoch_file")
+KEEP_ALL = ["callbacks.model_checkpoint.save_top_k=-1"]
 # The training outcome: everything but timings, throughput and memory.
 COMPARED = ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "val/f1_macro",
             "test/acc", "test/f1_macro", "test/loss")
@@ -64,8 +67,8 @@ def _metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def _epoch0_file(run_dir: Path) -> Path:
-    (path,) = (run_dir / "checkpoints").glob("epoch00-*.ckpt")
+def _epoch_file(run_dir: Path, epoch: int = 0) -> Path:
+    (path,) = (run_dir / "checkpoints").glob(f"epoch{epoch:02d}-*.ckpt")
     return path
 
 
@@ -102,6 +105,11 @@ def _stopped_name(name: str, stop: str, after_epoch: int) -> str:
     return f"{name}-{stop}" if after_epoch == 0 else f"{name}-{stop}-after_epoch{after_epoch}"
 
 
+def _keep(after_epoch: int) -> list[str]:
+    """The checkpoint overrides of the runs a resume after epoch ``after_epoch`` uses."""
+    return KEEP_ALL if after_epoch else []
+
+
 CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
 
 
@@ -113,21 +121,22 @@ def _record(path: Path) -> list[str]:
 def reference(tmp_path_factory, data_dir, cache_dir):
     """Built once, in parallel: one uninterrupted deterministic run per stopping rule (recording its batches),
     and the stopped runs the resume tests continue: per rule, one SIGKILLed when epoch 1 starts for each
-    same-dir form and one whose files the new-dir forms only read, the same when epoch 2 starts for
-    LATER_FORMS; and one stopped by Ctrl-C at step 18."""
+    same-dir form and one whose files the new-dir forms only read; for LATER_FORMS, an uninterrupted run and
+    one SIGKILLed when epoch 2 starts, keeping every epoch's checkpoint; and one stopped by Ctrl-C at step 18."""
     root = tmp_path_factory.mktemp("resume")
     # one thread per process: parallel runs do not compete for cores, and every run sums in the same order
     env = {**train_env(data_dir, cache_dir), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={root / 'warm-cache'}", "data.max_train_samples=16",
             "trainer.max_epochs=1"], env)  # tokenize once before the parallel runs share the cache
     stopped = {0: ("stopped", *(form for form, (where, _) in FORMS.items() if where == "same")),
-               1: ("stopped", *(form for form in LATER_FORMS if FORMS[form][0] == "same"))}
+               1: tuple(form for form in LATER_FORMS if FORMS[form][0] == "same")}
     jobs: list[tuple[list[str], int]] = []
     for stop, rule in STOPS.items():
         jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}'}",
                       *_record(root / f"reference-{stop}.batches.jsonl")], 0))
-        jobs += [([*rule, f"hydra.run.dir={root / _stopped_name(name, stop, after)}", *_kill_after_epoch(after)],
-                  -signal.SIGKILL) for after, names in stopped.items() for name in names]
+        jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}-keep_all'}", *KEEP_ALL], 0))
+        jobs += [([*rule, f"hydra.run.dir={root / _stopped_name(name, stop, after)}", *_kill_after_epoch(after),
+                   *_keep(after)], -signal.SIGKILL) for after, names in stopped.items() for name in names]
     jobs.append(([*STOPS["max_epochs"], f"hydra.run.dir={root / 'mid-epoch'}", *CTRL_C_AT_STEP_18,
                   *_record(root / "mid-epoch.first.jsonl")], 128 + signal.SIGINT))
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
@@ -139,6 +148,9 @@ def reference(tmp_path_factory, data_dir, cache_dir):
                 assert not (run_dir / "metrics.json").exists()
                 last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
                 assert last["global_step"] == (after + 1) * BATCHES
+    for stop in STOPS:  # which checkpoints a run keeps does not change its training
+        assert ({k: _metrics(root / f"reference-{stop}-keep_all")[k] for k in COMPARED}
+                == {k: _metrics(root / f"reference-{stop}")[k] for k in COMPARED})
     return root, env, {stop: root / f"reference-{stop}" for stop in STOPS}
 
 
@@ -162,7 +174,7 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, a
     a max_steps run resumed after epoch 1, which stops inside epoch 2 without validating again, ended with
     val/acc, val/acc_best, val/f1_macro and val/loss all None)."""
     root, env, refs = reference
-    ref_dir = refs[stop]
+    ref_dir = refs[stop] if after_epoch == 0 else root / f"reference-{stop}-keep_all"
     where, which = FORMS[form]
     if where == "same":  # SIGKILLed after epoch `after_epoch` (fixture), resumed in its own dir
         source_dir = run_dir = root / _stopped_name(form, stop, after_epoch)
@@ -171,11 +183,11 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, a
         run_dir = root / f"{_stopped_name(form, stop, after_epoch)}-resumed"
     resume_epoch, resume_step = after_epoch + 1, (after_epoch + 1) * BATCHES
     before = {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()}
-    ckpt = {"last": "last", "epoch": str(_epoch0_file(source_dir)),
+    ckpt = {"last": "last", "epoch": str(_epoch_file(source_dir, after_epoch)),
             "last.ckpt": str(source_dir / "checkpoints" / "last.ckpt")}[which]
     expected = source_dir / "checkpoints" / "last.ckpt" if ckpt == "last" else Path(ckpt)
     best_so_far = _best_so_far(expected)
-    _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}"], env)
+    _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}", *_keep(after_epoch)], env)
 
     resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
     assert Path(resumed["resumed_from"]).resolve() == expected.resolve()

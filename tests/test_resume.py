@@ -17,8 +17,8 @@ import torch
 
 from .conftest import REPO_ROOT, train_env
 
-# The run of issue 10 §4 (13 batches an epoch): epoch 0 is its best epoch, so a resume that forgets the best
-# checkpoint tests a later, worse one.
+# The run of issue 10 §4 (13 batches an epoch). Under max_steps epoch 0 is its best epoch, so a resume that
+# forgets the best checkpoint tests a later, worse one (under max_epochs, with today's data, epoch 2 is).
 RUN = [
     "model=tiny",
     "data.max_train_samples=200",
@@ -43,6 +43,13 @@ FORMS = {
     "new_dir-last_file": ("new", "last.ckpt"),              # another dir, the stopped run's last.ckpt
     "new_dir-finished_run_epoch_file": ("finished", "epoch"),  # issue 10 §4: a finished run's epoch00 checkpoint
 }
+# Every form resumes after epoch 0 (step 13); these also after epoch 1 (step 26), where max_steps=33 ends inside
+# the next epoch without validating again: the run must still end with the validation of step 26 (before: every
+# val/* was None and ModelCheckpoint skipped its save at the stop). Those runs keep every epoch's checkpoint
+# (KEEP_ALL): with save_top_k=1, Lightning 2.6 rewrites last.ckpt only when an epoch is a new best, so neither
+# an epoch-1 file nor a step-26 last.ckpt would exist when epoch 1 is not the best.
+LATER_FORMS = ("same_dir-last", "new_dir-finished_run_epoch_file")
+KEEP_ALL = ["callbacks.model_checkpoint.save_top_k=-1"]
 # The training outcome: everything but timings, throughput and memory.
 COMPARED = ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "val/f1_macro",
             "test/acc", "test/f1_macro", "test/loss")
@@ -60,14 +67,22 @@ def _metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def _epoch0_file(run_dir: Path) -> Path:
-    (path,) = (run_dir / "checkpoints").glob("epoch00-*.ckpt")
+def _epoch_file(run_dir: Path, epoch: int = 0) -> Path:
+    (path,) = (run_dir / "checkpoints").glob(f"epoch{epoch:02d}-*.ckpt")
     return path
 
 
-def _metrics_of_epoch0(run_dir: Path) -> float:
-    """val/acc of epoch 0, from the name of its checkpoint (``epoch00-step13-val_acc0.6250.ckpt``)."""
-    return float(_epoch0_file(run_dir).stem.rsplit("val_acc", 1)[1])
+def _best_so_far(ckpt: Path) -> Path:
+    """The best checkpoint (monitor val/acc) named in the ModelCheckpoint state of ``ckpt``."""
+    states = torch.load(ckpt, map_location="cpu", weights_only=False)["callbacks"]
+    (best,) = {s["best_model_path"] for k, s in states.items()
+               if k.startswith("ModelCheckpoint") and s.get("monitor") == "val/acc"}
+    return Path(best)
+
+
+def _score_in_name(path: Path) -> float:
+    """val/acc from a checkpoint's name (``epoch00-step13-val_acc0.6250.ckpt``)."""
+    return float(path.stem.rsplit("val_acc", 1)[1])
 
 
 def _history(run_dir: Path, from_step: int) -> list[tuple[int, str, str]]:
@@ -81,7 +96,21 @@ def _weights(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
-KILL_AFTER_EPOCH0 = ["+callbacks.kill._target_=tests.resume_helpers.KillAtEpochStart", "+callbacks.kill.epoch=1"]
+def _kill_after_epoch(epoch: int) -> list[str]:
+    """SIGKILL the run when epoch ``epoch + 1`` starts: its checkpoints end at epoch ``epoch``."""
+    return ["+callbacks.kill._target_=tests.resume_helpers.KillAtEpochStart", f"+callbacks.kill.epoch={epoch + 1}"]
+
+
+def _stopped_name(name: str, stop: str, after_epoch: int) -> str:
+    return f"{name}-{stop}" if after_epoch == 0 else f"{name}-{stop}-after_epoch{after_epoch}"
+
+
+def _keep(after_epoch: int, where: str = "") -> list[str]:
+    """The checkpoint overrides of the runs a resume after epoch ``after_epoch`` from ``where`` uses: keep every
+    epoch's file after epoch 1, and for a finished run's epoch file (kept only if it is the run's best otherwise)."""
+    return KEEP_ALL if after_epoch or where == "finished" else []
+
+
 CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
 
 
@@ -93,28 +122,36 @@ def _record(path: Path) -> list[str]:
 def reference(tmp_path_factory, data_dir, cache_dir):
     """Built once, in parallel: one uninterrupted deterministic run per stopping rule (recording its batches),
     and the stopped runs the resume tests continue: per rule, one SIGKILLed when epoch 1 starts for each
-    same-dir form and one whose files the new-dir forms only read; and one stopped by Ctrl-C at step 18."""
+    same-dir form and one whose files the new-dir forms only read; for LATER_FORMS, an uninterrupted run and
+    one SIGKILLed when epoch 2 starts, keeping every epoch's checkpoint; and one stopped by Ctrl-C at step 18."""
     root = tmp_path_factory.mktemp("resume")
     # one thread per process: parallel runs do not compete for cores, and every run sums in the same order
     env = {**train_env(data_dir, cache_dir), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={root / 'warm-cache'}", "data.max_train_samples=16",
             "trainer.max_epochs=1"], env)  # tokenize once before the parallel runs share the cache
-    stopped = ("stopped", *(form for form, (where, _) in FORMS.items() if where == "same"))
+    stopped = {0: ("stopped", *(form for form, (where, _) in FORMS.items() if where == "same")),
+               1: tuple(form for form in LATER_FORMS if FORMS[form][0] == "same")}
     jobs: list[tuple[list[str], int]] = []
     for stop, rule in STOPS.items():
         jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}'}",
                       *_record(root / f"reference-{stop}.batches.jsonl")], 0))
-        jobs += [([*rule, f"hydra.run.dir={root / f'{name}-{stop}'}", *KILL_AFTER_EPOCH0], -signal.SIGKILL)
-                 for name in stopped]
+        jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}-keep_all'}", *KEEP_ALL], 0))
+        jobs += [([*rule, f"hydra.run.dir={root / _stopped_name(name, stop, after)}", *_kill_after_epoch(after),
+                   *_keep(after)], -signal.SIGKILL) for after, names in stopped.items() for name in names]
     jobs.append(([*STOPS["max_epochs"], f"hydra.run.dir={root / 'mid-epoch'}", *CTRL_C_AT_STEP_18,
                   *_record(root / "mid-epoch.first.jsonl")], 128 + signal.SIGINT))
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         list(pool.map(lambda job: _train([*RUN, *job[0]], env, expect=job[1]), jobs))
-    for stop in STOPS:  # each stopped run holds epoch 0's checkpoints and nothing after them
-        for name in stopped:
-            run_dir = root / f"{name}-{stop}"
-            assert not (run_dir / "metrics.json").exists()
-            assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == BATCHES
+    for stop in STOPS:  # each stopped run holds the checkpoints up to its last epoch and nothing after them
+        for after, names in stopped.items():
+            for name in names:
+                run_dir = root / _stopped_name(name, stop, after)
+                assert not (run_dir / "metrics.json").exists()
+                last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+                assert last["global_step"] == (after + 1) * BATCHES
+    for stop in STOPS:  # which checkpoints a run keeps does not change its training
+        assert ({k: _metrics(root / f"reference-{stop}-keep_all")[k] for k in COMPARED}
+                == {k: _metrics(root / f"reference-{stop}")[k] for k in COMPARED})
     return root, env, {stop: root / f"reference-{stop}" for stop in STOPS}
 
 
@@ -128,32 +165,37 @@ def test_same_seed_same_metrics(reference):
 
 
 @pytest.mark.parametrize("stop", list(STOPS))
-@pytest.mark.parametrize("form", list(FORMS))
-def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, stop):
+@pytest.mark.parametrize(("form", "after_epoch"),
+                         [*((form, 0) for form in FORMS), *((form, 1) for form in LATER_FORMS)])
+def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, after_epoch, stop):
     """Issue 10 §4: every documented resume form, under either stopping rule, ends with exactly the metrics,
     the best checkpoint and the final weights of the uninterrupted run (before: a resume into a new dir
     forgot the best checkpoint so far and tested a worse later one, test/acc 0.625 instead of 0.515625; a
-    max_steps run resumed at an epoch end trained epoch 1 on epoch 2's batch order and logged one step late)."""
+    max_steps run resumed at an epoch end trained epoch 1 on epoch 2's batch order and logged one step late;
+    a max_steps run resumed after epoch 1, which stops inside epoch 2 without validating again, ended with
+    val/acc, val/acc_best, val/f1_macro and val/loss all None)."""
     root, env, refs = reference
-    ref_dir = refs[stop]
     where, which = FORMS[form]
-    if where == "same":  # SIGKILLed after epoch 0 (fixture), resumed in its own dir
-        source_dir = run_dir = root / f"{form}-{stop}"
+    ref_dir = root / f"reference-{stop}-keep_all" if _keep(after_epoch, where) else refs[stop]
+    if where == "same":  # SIGKILLed after epoch `after_epoch` (fixture), resumed in its own dir
+        source_dir = run_dir = root / _stopped_name(form, stop, after_epoch)
     else:
-        source_dir = ref_dir if where == "finished" else root / f"stopped-{stop}"
-        run_dir = root / f"{form}-{stop}-resumed"
+        source_dir = ref_dir if where == "finished" else root / _stopped_name("stopped", stop, after_epoch)
+        run_dir = root / f"{_stopped_name(form, stop, after_epoch)}-resumed"
+    resume_epoch, resume_step = after_epoch + 1, (after_epoch + 1) * BATCHES
     before = {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()}
-    ckpt = {"last": "last", "epoch": str(_epoch0_file(source_dir)),
+    ckpt = {"last": "last", "epoch": str(_epoch_file(source_dir, after_epoch)),
             "last.ckpt": str(source_dir / "checkpoints" / "last.ckpt")}[which]
-    _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}"], env)
+    expected = source_dir / "checkpoints" / "last.ckpt" if ckpt == "last" else Path(ckpt)
+    best_so_far = _best_so_far(expected)
+    _train([*RUN, *STOPS[stop], f"hydra.run.dir={run_dir}", f"ckpt_path={ckpt}", *_keep(after_epoch, where)], env)
 
     resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
-    expected = source_dir / "checkpoints" / "last.ckpt" if ckpt == "last" else Path(ckpt)
     assert Path(resumed["resumed_from"]).resolve() == expected.resolve()
     print(f"{form} {stop}: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}"
                                           for k in ("test/acc", "val/acc_best", "val/acc")))
     assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
-    assert "Resumed at the start of epoch 1 (step 13)" in (run_dir / "train.log").read_text()
+    assert f"Resumed at the start of epoch {resume_epoch} (step {resume_step})" in (run_dir / "train.log").read_text()
     # the best checkpoint tested is the uninterrupted run's, and lies in this run's own dir
     best = Path(resumed["best_checkpoint"])
     assert best.parent == run_dir / "checkpoints" and best.name == Path(uninterrupted["best_checkpoint"]).name
@@ -162,11 +204,12 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, s
     assert weights.keys() == ref_weights.keys()
     assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), "final weights differ"
     # the logged history goes on at the uninterrupted run's steps with its values
-    assert _history(run_dir, BATCHES) == _history(ref_dir, BATCHES) != []
-    assert resumed["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
+    assert _history(run_dir, resume_step) == _history(ref_dir, resume_step) != []
+    assert resumed["resume"] == {"epoch": resume_epoch, "batches_done": 0, "batches_per_epoch": BATCHES,
+                                 "exact": True}
     if where != "same":  # the best checkpoint so far came along; the run resumed from is only read
-        assert (f"best checkpoint so far (val/acc={_metrics_of_epoch0(source_dir):.4f}) carried from "
-                f"{_epoch0_file(source_dir)} to {run_dir / 'checkpoints' / _epoch0_file(source_dir).name}"
+        assert (f"best checkpoint so far (val/acc={_score_in_name(best_so_far):.4f}) carried from "
+                f"{best_so_far} to {run_dir / 'checkpoints' / best_so_far.name}"
                 in " ".join((run_dir / "train.log").read_text().split()))
         assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
 

@@ -171,8 +171,10 @@ class RunStats(pl.Callback):
             self.summary["train/time_sec"] = seconds
         elif self._steps_seen:
             log.warning(
-                "Only %d training steps, all within the %d warm-up steps: no training throughput is reported "
-                "(lower callbacks.run_stats.warmup_steps or train longer).", self._steps_seen, self.warmup_steps,
+                "Only %d training steps in this process (a resumed run counts only the steps after its checkpoint), "
+                "all within the %d warm-up steps: no training throughput is reported (train/samples, train/tokens "
+                "and the train/*_per_sec rates are absent; lower callbacks.run_stats.warmup_steps or train longer).",
+                self._steps_seen, self.warmup_steps,
             )
         self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
 

@@ -17,6 +17,9 @@ drops the best score when the dir changes, so a worse later epoch became "best"
 and was tested). A ``trainer.max_steps`` run resumed at an epoch end gets the
 batch order and the logging steps of the uninterrupted run
 (:func:`_samplers_follow_current_epoch`, :meth:`ResumeState.on_train_epoch_start`).
+The metrics last logged before a checkpoint (``trainer.callback_metrics``: the last
+validation's ``val/*``) are stored in it and restored, so a run that stops before
+validating again reports them, and saves its stop checkpoint, as the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -196,6 +199,11 @@ def _score(value: Any) -> str:
         return str(value)
 
 
+def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The scalar entries of ``trainer.callback_metrics`` as detached CPU tensors (dtype kept: exact on reload)."""
+    return {k: v.detach().cpu().clone() for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+
+
 def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
     """Make the training samplers' ``set_epoch`` use ``trainer.current_epoch`` for the rest of a resumed fit.
 
@@ -241,9 +249,11 @@ class ResumeState(pl.Callback):
         #: and for a mid-epoch resume replayed_batches / unseen_batches as [first, last] batch of the epoch
         self.replay: dict[str, Any] | None = None
         self._align_log_step = False
+        self._callback_metrics: dict[str, torch.Tensor] | None = None
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"rng_states": collect_rng_states(), "wandb_run": self.wandb_run}
+        checkpoint[CHECKPOINT_KEY] = {"rng_states": collect_rng_states(), "wandb_run": self.wandb_run,
+                                      "callback_metrics": _scalar_metrics(trainer.callback_metrics)}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         if trainer.state.fn == TrainerFn.FITTING:  # not when trainer.test loads the best checkpoint
@@ -251,6 +261,7 @@ class ResumeState(pl.Callback):
                 log.log(level, "Resuming into %s: %s.", trainer.default_root_dir, note)
         extras = checkpoint.get(CHECKPOINT_KEY) or {}
         self._rng_states = extras.get("rng_states")
+        self._callback_metrics = extras.get("callback_metrics")
         self._resumed_from_step = int(checkpoint.get("global_step", 0))
         if self._rng_states is None:
             log.warning("The checkpoint holds no RNG states (not written by attnbench): dropout and data order "
@@ -260,6 +271,13 @@ class ResumeState(pl.Callback):
         if self._resumed_from_step is None:
             return
         _samplers_follow_current_epoch(trainer)
+        if self._callback_metrics:
+            # The metrics last logged before the checkpoint (the last validation's val/*, val/acc_best, ...) are
+            # what the uninterrupted run still holds here. Lightning does not checkpoint them: a resumed run that
+            # stops before validating again (a trainer.max_steps run ending inside the epoch after the
+            # checkpoint) ended with no val/* at all, and ModelCheckpoint skipped its end-of-training save.
+            trainer.callback_metrics.update({k: v.to(pl_module.device) for k, v in self._callback_metrics.items()})
+            self._callback_metrics = None
         exact = self._rng_states is not None
         if self._rng_states is not None:
             set_rng_states(self._rng_states)

@@ -21,14 +21,9 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from attnbench.errors import ConfigError
-from attnbench.faults import (
-    FreshOutputDir,
-    NonFiniteLossError,
-    OutOfMemory,
-    OutputWriteError,
-    RunInterrupted,
-    claim_dir,
-)
+from attnbench.cli import FreshOutputDir, claim_dir
+from attnbench.errors import RunInterrupted
+from attnbench.faults import NonFiniteLossError, OutOfMemory, OutputWriteError
 from attnbench.loggers import make_wandb_logger
 from attnbench.module import TextClassifierModule
 from attnbench.train import check_config, train

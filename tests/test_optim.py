@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from attnbench.attention import available
 from attnbench.errors import ConfigError
-from attnbench.faults import check_run_config
+from attnbench.config_checks import check_run_config
 from attnbench.module import TextClassifierModule
 from attnbench.optim import OptimSettings, decay_parameter_groups
 

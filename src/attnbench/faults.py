@@ -11,7 +11,7 @@
 - :class:`FreshOutputDir`, :class:`SweepReport`, :func:`run_cli` and
   :func:`check_run_config` live in :mod:`attnbench.cli` and
   :mod:`attnbench.config_checks` (no torch import, so ``--help`` and config
-  errors answer fast) and are importable from here as before.
+  errors answer fast).
 """
 
 from __future__ import annotations
@@ -34,22 +34,8 @@ from omegaconf import DictConfig
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-# The command line, the Hydra callbacks and the config checks load no torch (fast --help and config errors);
-# they live in attnbench.cli and attnbench.config_checks, and are importable from here as before.
-from attnbench.cli import (  # noqa: F401
-    FAILURE_FILE,
-    SWEEP_JOBS_DIR,
-    FreshOutputDir,
-    SweepReport,
-    claim_dir,
-    job_failed,
-    run_cli,
-    sweep_failure_summary,
-    sweep_summary,
-    write_failure,
-)
-from attnbench.config_checks import check_run_config  # noqa: F401
-from attnbench.errors import AttnbenchError, ConfigError, OutputDirTaken, RunInterrupted  # noqa: F401
+from attnbench.cli import FAILURE_FILE, write_failure
+from attnbench.errors import AttnbenchError, ConfigError, OutputDirTaken, RunInterrupted
 
 log = logging.getLogger("attnbench")
 

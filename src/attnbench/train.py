@@ -30,7 +30,8 @@ from attnbench.console import format_summary
 from attnbench.data import TextClassificationDataModule
 from attnbench.distributed import global_rank_from_env, use_job_command_for_ddp_children
 from attnbench.errors import AttnbenchError, ConfigError
-from attnbench.faults import FaultGuard, check_output_dir, check_run_config
+from attnbench.config_checks import check_run_config
+from attnbench.faults import FaultGuard, check_output_dir
 from attnbench.loggers import make_csv_logger, make_wandb_logger
 from attnbench.module import TextClassifierModule, warmup_decay_lambda
 from attnbench.resume import ResumeState, checkpoint_extras, resolve_checkpoint
@@ -175,7 +176,7 @@ def module_kwargs(cfg: DictConfig) -> dict[str, Any]:
 def check_config(cfg: DictConfig) -> None:
     """Fail in a second, before any data work, if the model or optimizer config cannot work.
 
-    Checks the top-level, data and logger keys (:func:`attnbench.faults.check_run_config`), then
+    Checks the top-level, data and logger keys (:func:`attnbench.config_checks.check_run_config`), then
     builds the model once with a 2-token vocabulary (cheap) and checks the schedule.
 
     Raises:

@@ -89,7 +89,7 @@ from torch.utils import benchmark, flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.attention import AdditiveScore, ScoreFunction, available, build_score_function
-from attnbench.wandb_mode import resolve_wandb_mode
+from attnbench.run.wandb_mode import resolve_wandb_mode
 
 BASELINE_SCORE = "sdpa_scaled_dot"
 BASELINE_PATH = "sdpa"

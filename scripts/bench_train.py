@@ -52,9 +52,8 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbench.callbacks import RunStats, batch_size, num_tokens
-from attnbench.module import TextClassifierModule
-from attnbench.train import module_kwargs
+from attnbench.callbacks.run_stats import RunStats, batch_size, num_tokens
+from attnbench.models.module import TextClassifierModule
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -169,6 +168,11 @@ def _datamodule(cfg):
     dm.prepare_data()
     dm.setup("fit")
     return dm
+
+
+def module_kwargs(cfg) -> dict:
+    """The ``model``, ``attention`` and ``optim`` arguments of ``TextClassifierModule`` (as ``train`` builds it)."""
+    return {"model": cfg.model, "attention": cfg.attention, "optim": cfg.optim}
 
 
 def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None,

@@ -22,7 +22,7 @@ from attnbench.data import (
     TextClassificationDataModule,
     TokenizedSplit,
 )
-from attnbench.module import TextClassifierModule
+from attnbench.models.module import TextClassifierModule
 
 SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
             train_split="train", test_split="validation")

@@ -8,7 +8,7 @@ import sys
 import torch
 
 from attnbench.data import PadCollator
-from attnbench.module import TextClassifierModule
+from attnbench.models.module import TextClassifierModule
 
 from .conftest import REPO_ROOT
 

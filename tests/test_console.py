@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnbench.console import format_summary, human_bytes, human_seconds
+from attnbench.run.console import format_summary, human_bytes, human_seconds
 
 from .conftest import REPO_ROOT, train_env
 

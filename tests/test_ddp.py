@@ -91,7 +91,7 @@ def test_ddp_jobs_of_one_multirun(tmp_path, data_dir, cache_dir):
 
 
 def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
-    from attnbench.distributed import ddp_child_command, global_rank_from_env
+    from attnbench.run.ddp import ddp_child_command, global_rank_from_env
 
     for key in ("RANK", "SLURM_PROCID", "SLURM_NTASKS", "JSM_NAMESPACE_RANK", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
@@ -103,7 +103,7 @@ def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "7")
     assert global_rank_from_env(4) == 7
     command = ddp_child_command(["seed=1", "optim.lr=0.001"], tmp_path / "run dir", 1)
-    assert command[1:5] == ["-m", "attnbench.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
+    assert command[1:5] == ["-m", "attnbench.run.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
     assert f'hydra.run.dir="{tmp_path / "run dir"}"' in command and "hydra.output_subdir=null" in command
 
 
@@ -139,8 +139,8 @@ def test_ddp_eval_counts_every_row_once_and_throughput_counts_every_process(tmp_
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from attnbench.callbacks import num_tokens
-    from attnbench.module import TextClassifierModule
+    from attnbench.callbacks.run_stats import num_tokens
+    from attnbench.models.module import TextClassifierModule
 
     out = tmp_path / "ddp"
     _train([*EXACT_RUN, "trainer=ddp_cpu", f"hydra.run.dir={out}"], train_env(data_dir, cache_dir))
@@ -189,7 +189,7 @@ def test_eval_sampler_shards_without_repeats_and_the_probe_stays_the_first_rows(
 
     from torch.utils.data import DataLoader
 
-    from attnbench.callbacks import AttentionDiagnostics
+    from attnbench.callbacks.diagnostics import AttentionDiagnostics
     from attnbench.data import PadCollator
     from attnbench.distributed import eval_sampler
 

@@ -21,12 +21,12 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from attnbench.errors import ConfigError
-from attnbench.cli import FreshOutputDir, claim_dir
+from attnbench.run.hydra_callbacks import FreshOutputDir, claim_dir
 from attnbench.errors import RunInterrupted
-from attnbench.faults import NonFiniteLossError, OutOfMemory, OutputWriteError
-from attnbench.loggers import make_wandb_logger
-from attnbench.module import TextClassifierModule
-from attnbench.train import check_config, train
+from attnbench.errors import NonFiniteLossError, OutOfMemory, OutputWriteError
+from attnbench.run.loggers import make_wandb_logger
+from attnbench.models.module import TextClassifierModule
+from attnbench.run.train import check_config, train
 
 from .conftest import REPO_ROOT
 

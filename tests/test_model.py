@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnbench.attention import available
-from attnbench.model import TransformerClassifier
+from attnbench.models.model import TransformerClassifier
 
 
 def _model(score, pooling="mean"):

@@ -10,9 +10,10 @@ from omegaconf import OmegaConf
 
 from attnbench.attention import available
 from attnbench.errors import ConfigError
-from attnbench.config_checks import check_run_config
-from attnbench.module import TextClassifierModule
-from attnbench.optim import OptimSettings, decay_parameter_groups
+from attnbench.config import check_run_config
+from attnbench.models.module import TextClassifierModule
+from attnbench.config import OptimConfig, check_optim
+from attnbench.models.optim import decay_parameter_groups
 
 from .conftest import REPO_ROOT
 
@@ -70,17 +71,26 @@ def test_the_named_score_parameters_are_decayed_and_the_temperature_is_not():
             assert (full in decayed) is is_decayed and (full in not_decayed) is not is_decayed, full
 
 
-def test_yaml_optim_is_the_dataclass_defaults():
-    yaml_optim = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / "train.yaml").optim)
-    assert yaml_optim == OptimSettings().as_config()
+def test_the_schema_is_the_one_source_of_the_optim_defaults():
+    """train.yaml repeats no optim default: the composed optim.* are OptimConfig's, and the optimizer and
+    scheduler _partial_ configs read them (an override reaches both)."""
+    assert "optim" not in OmegaConf.load(REPO_ROOT / "conf" / "train.yaml")
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["optim.lr=2e-3"])
+    assert OmegaConf.to_container(cfg.optim) == {**OmegaConf.to_container(OmegaConf.structured(OptimConfig)),
+                                                 "lr": 2e-3}
+    assert cfg.optimizer.lr == 2e-3 and list(cfg.optimizer.betas) == OptimConfig().betas
+    assert cfg.scheduler.warmup_ratio == OptimConfig().warmup_ratio and cfg.scheduler.schedule == "cosine"
 
 
 def test_module_falls_back_to_the_dataclass_defaults():
     """A module given only ``lr`` uses the same weight decay, betas, eps and warm-up as the YAML."""
-    defaults = OptimSettings()
+    defaults = OptimConfig()
     optimizer, scheduler = _optimizer_and_schedule(_module("scaled_dot", {"lr": 2e-3}), total_steps=200)
     assert [g["weight_decay"] for g in optimizer.param_groups] == [defaults.weight_decay, 0.0]
-    assert optimizer.defaults["betas"] == defaults.betas and optimizer.defaults["eps"] == defaults.eps
+    assert optimizer.defaults["betas"] == tuple(defaults.betas) and optimizer.defaults["eps"] == defaults.eps
     warmup = int(defaults.warmup_ratio * 200)  # 12 steps
     assert scheduler.get_last_lr()[0] == pytest.approx(2e-3 / warmup)
     for _ in range(warmup - 1):
@@ -97,12 +107,12 @@ def test_config_checks_use_the_same_defaults_and_ranges():
     with pytest.raises(ConfigError, match=r"optim\.betas must be two numbers in \[0, 1\)"):
         check_run_config(cfg)
     with pytest.raises(ConfigError, match=r"unknown optimizer setting\(s\) optim\.momentum"):
-        OptimSettings.from_config({"lr": 1e-3, "momentum": 0.9})
+        check_optim({"lr": 1e-3, "momentum": 0.9})
 
 
 def test_float16_weights_are_refused_at_config_time():
     """trainer.precision=16-true: AdamW's eps 1e-8 is 0 in float16 and the first update is NaN."""
-    assert torch.tensor(OptimSettings().eps, dtype=torch.float16).item() == 0.0  # the cause
+    assert torch.tensor(OptimConfig().eps, dtype=torch.float16).item() == 0.0  # the cause
     cfg = OmegaConf.create({"seed": 0, "data": {"max_length": 8, "batch_size": 2, "eval_batch_size": 2},
                             "trainer": {"precision": "16-true"}, "logger": {}, "optim": {}})
     with pytest.raises(ConfigError, match=r"trainer\.precision=16-true .*Use trainer\.precision=16-mixed"):

@@ -249,7 +249,7 @@ def test_carry_checkpoint_states_copies_the_best_checkpoint(tmp_path, caplog):
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from attnbench.resume import carry_checkpoint_states
+    from attnbench.callbacks.resume_state import carry_checkpoint_states
 
     old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
     old.mkdir(parents=True)
@@ -292,8 +292,8 @@ def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
     """The W&B id stored in a checkpoint: resumed under that id online; offline, a new run that names it."""
     import pytorch_lightning.loggers as pl_loggers
 
-    import attnbench.loggers as loggers_mod
-    from attnbench.loggers import make_wandb_logger
+    import attnbench.run.loggers as loggers_mod
+    from attnbench.run.loggers import make_wandb_logger
 
     calls = []
 
@@ -316,7 +316,7 @@ def test_wandb_run_resumes_online_and_continues_offline(monkeypatch, tmp_path):
 
 
 def test_csv_log_of_a_resumed_run_is_kept(tmp_path):
-    from attnbench.loggers import make_csv_logger
+    from attnbench.run.loggers import make_csv_logger
 
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "metrics.csv").write_text("step,val/acc\n79,0.7\n")
@@ -329,7 +329,7 @@ def test_csv_log_of_a_resumed_run_is_kept(tmp_path):
 
 def test_resolve_checkpoint(tmp_path):
     from attnbench.errors import ConfigError
-    from attnbench.resume import resolve_checkpoint
+    from attnbench.run.resume import resolve_checkpoint
 
     assert resolve_checkpoint(None, tmp_path) is None
     assert resolve_checkpoint("last", tmp_path) is None  # nothing yet: start from scratch (warns)

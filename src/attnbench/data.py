@@ -383,6 +383,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         max_eval_samples: int | None = None,
         batching: str = "random",
         megabatch_size: int = 50,
+        seed: int | None = None,  # the run's seed (train passes cfg.seed); None: PL_GLOBAL_SEED as before
     ) -> None:
         super().__init__()
         for key, value in (("max_length", max_length), ("batch_size", batch_size), ("eval_batch_size", eval_batch_size),
@@ -423,6 +424,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             )
         self.max_train_samples = max_train_samples
         self.max_eval_samples = max_eval_samples
+        self.seed = seed
         self.splits: dict[str, TokenizedSplit] = {}
         self.label_names: list[str] = []
         self.vocab_size = 0
@@ -819,7 +821,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         # The order and the loader's own seed never touch the global RNG (see EpochShuffleSampler).
-        seed = int(os.environ.get("PL_GLOBAL_SEED", "0"))
+        seed = int(self.seed if self.seed is not None else os.environ.get("PL_GLOBAL_SEED", "0"))
         data = self.splits[split]
         common = dict(generator=torch.Generator().manual_seed(seed), collate_fn=PadCollator(self.pad_id),
                       num_workers=self.num_workers, persistent_workers=self.num_workers > 0)

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from attnbench.attention import MultiHeadAttention
-from attnbench.callbacks import RunStats, attention_statistics, batch_size, num_tokens
+from attnbench.callbacks.diagnostics import attention_statistics
+from attnbench.callbacks.run_stats import RunStats, batch_size, num_tokens
 
 
 class _Clock:
@@ -45,7 +46,7 @@ def _train(stats, trainer, module, clock, steps, start=0):
 @pytest.fixture
 def clock(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr("attnbench.callbacks.time.perf_counter", clock)
+    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
     return clock
 
 
@@ -291,7 +292,7 @@ def test_statistics_of_single_key_sequences_are_nan_where_undefined():
 def test_clock_synchronises_cuda_before_reading_the_time(monkeypatch, clock):
     """Docstring: step times are CUDA-synchronised (kernels are asynchronous). Checked with a fake CUDA module."""
     synced = []
-    monkeypatch.setattr("attnbench.callbacks.torch.cuda.synchronize", lambda device: synced.append(device))
+    monkeypatch.setattr("attnbench.callbacks.run_stats.torch.cuda.synchronize", lambda device: synced.append(device))
     cuda = torch.device("cuda", 1)
     assert RunStats._now(SimpleNamespace(device=cuda)) == clock.t
     assert synced == [cuda]
@@ -300,7 +301,7 @@ def test_clock_synchronises_cuda_before_reading_the_time(monkeypatch, clock):
 
 
 def test_gradient_norms_skip_layers_without_gradients_and_biases():
-    from attnbench.callbacks import AttentionDiagnostics
+    from attnbench.callbacks.diagnostics import AttentionDiagnostics
 
     torch.manual_seed(0)
     model = torch.nn.Module()

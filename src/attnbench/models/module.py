@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import pytorch_lightning as pl
@@ -13,51 +15,33 @@ from torch import Tensor
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnbench.model import TransformerClassifier
-from attnbench.optim import OptimSettings, build_adamw
+from attnbench.config import check_optim
+from attnbench.models.model import TransformerClassifier
+from attnbench.models.optim import adamw, warmup_decay
 
 log = logging.getLogger(__name__)
 
 
-def warmup_decay_lambda(warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float):
-    """Multiplier of the base learning rate at optimizer step ``s`` (for ``LambdaLR``).
-
-    Linear warm-up from 0 over ``warmup_steps``, then ``cosine`` or ``linear``
-    decay to ``min_lr_ratio`` at ``total_steps``, or ``constant``.
-
-    Raises:
-        ValueError: for an unknown ``schedule``.
-    """
-    if schedule not in ("cosine", "linear", "constant"):
-        raise ValueError(f"optim.schedule must be 'cosine', 'linear' or 'constant', got {schedule!r}")
-
-    def fn(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
-        return min_lr_ratio + (1.0 - min_lr_ratio) * decay
-
-    return fn
-
-
 class TextClassifierModule(pl.LightningModule):
-    """Trains a :class:`~attnbench.model.TransformerClassifier` with cross-entropy.
+    """Trains a :class:`~attnbench.models.model.TransformerClassifier` with cross-entropy.
+
+    Built by ``hydra.utils.instantiate(cfg.module, ...)`` (``conf/train.yaml``).
 
     Args:
         vocab_size, num_classes, max_length, pad_id: from the data module.
         model: keyword arguments of ``TransformerClassifier`` (``conf/model``).
-        attention: ``{name: <score function>, **options}`` (``conf/attention``).
-        optim: ``lr``, ``weight_decay``, ``betas``, ``eps``, ``warmup_ratio``
-            (fraction of all optimizer steps), ``schedule``, ``min_lr_ratio``;
-            missing keys take the defaults of :class:`attnbench.optim.OptimSettings`.
+        attention: the score function's config (``conf/attention``: ``name`` and its options), passed on unchanged.
+        optimizer: ``optimizer(model) -> torch.optim.Optimizer`` (``cfg.optimizer``, a ``_partial_``
+            :func:`attnbench.models.optim.adamw`).
+        scheduler: ``scheduler(optimizer, total_steps) -> LRScheduler`` stepped every optimizer step
+            (``cfg.scheduler``, a ``_partial_`` :func:`attnbench.models.optim.warmup_decay`).
+        optim: instead of ``optimizer`` and ``scheduler`` (scripts, tests): the ``optim.*`` settings; missing
+            keys take the defaults of :class:`attnbench.config.OptimConfig`.
 
     Logs ``train/loss`` (per step), ``train/acc``, ``val/loss``, ``val/acc``,
     ``val/acc_best``, ``test/loss``, ``test/acc``, ``test/f1_macro`` (per epoch).
     AdamW (Loshchilov & Hutter 2019); weight decay on every parameter with two
-    or more dimensions, none on the others (:mod:`attnbench.optim`).
+    or more dimensions, none on the others (:mod:`attnbench.models.optim`).
     """
 
     def __init__(
@@ -66,24 +50,34 @@ class TextClassifierModule(pl.LightningModule):
         num_classes: int,
         max_length: int,
         pad_id: int,
-        model: dict[str, Any],
-        attention: dict[str, Any],
-        optim: dict[str, Any],
+        model: Mapping[str, Any],
+        attention: Mapping[str, Any],
+        optim: Mapping[str, Any] | None = None,
+        optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+        scheduler: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(logger=False)  # the run config is the resolved Hydra config
-        attention = dict(attention)
-        score = attention.pop("name")
+        model, attention = _plain(model), _plain(attention)
+        # the run config is the resolved Hydra config; the two factories are code, not hyperparameters
+        self.save_hyperparameters(logger=False, ignore=["optimizer", "scheduler"])
+        if optimizer is None or scheduler is None:
+            settings = check_optim(_plain(optim or {}))  # raises ConfigError naming optim.<key>
+            optimizer = optimizer or partial(adamw, lr=settings["lr"], weight_decay=settings["weight_decay"],
+                                             betas=settings["betas"], eps=settings["eps"])
+            scheduler = scheduler or partial(warmup_decay, warmup_ratio=settings["warmup_ratio"],
+                                             schedule=settings["schedule"], min_lr_ratio=settings["min_lr_ratio"])
+        self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
+        score_options = dict(attention)
+        score = score_options.pop("name")
         self.model = TransformerClassifier(
             vocab_size=vocab_size,
             num_classes=num_classes,
             max_length=max_length,
             score=score,
-            score_options=attention,
+            score_options=score_options,
             pad_id=pad_id,
             **model,
         )
-        self.optim_settings = OptimSettings.from_config(optim)  # raises ConfigError naming optim.<key>
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),
@@ -174,11 +168,15 @@ class TextClassifierModule(pl.LightningModule):
         self.test_loss.reset()
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW with the weight-decay rule of :mod:`attnbench.optim`, and the warm-up/decay schedule per step."""
-        settings = self.optim_settings
-        optimizer = build_adamw(self.model, settings)
-        total = int(self.trainer.estimated_stepping_batches)
-        warmup = max(1, int(settings.warmup_ratio * total))
-        fn = warmup_decay_lambda(warmup, total, settings.schedule, settings.min_lr_ratio)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+        """The optimizer of ``optimizer`` (AdamW with the weight-decay rule of :mod:`attnbench.models.optim`) and
+        the schedule of ``scheduler``, stepped every optimizer step over the run's estimated steps."""
+        optimizer = self.optimizer_factory(self.model)
+        scheduler = self.scheduler_factory(optimizer, total_steps=int(self.trainer.estimated_stepping_batches))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    """A config node (OmegaConf or a mapping) as a plain, resolved dict."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)

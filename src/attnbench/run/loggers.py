@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from pytorch_lightning.loggers import CSVLogger, Logger
 
-from attnbench.wandb_mode import resolve_wandb_mode, wandb_base_url, wandb_credentials_available
+from attnbench.run.wandb_mode import resolve_wandb_mode, wandb_base_url, wandb_credentials_available
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def _one_line(err: BaseException | None) -> str:
 
 
 def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the W&B server (:func:`~attnbench.wandb_mode.wandb_base_url`) cannot be reached, or ``None``.
+    """Why the W&B server (:func:`~attnbench.run.wandb_mode.wandb_base_url`) cannot be reached, or ``None``.
 
     One TCP connect with a ``timeout`` in seconds, so that an offline machine falls back
     at once instead of waiting ``init_timeout`` for ``wandb.init``.
@@ -128,7 +128,7 @@ def make_wandb_logger(
                 save_dir=str(save_dir),
                 mode=attempt,
                 config=config,
-                settings=wandb.Settings(init_timeout=init_timeout, console="off", silent=True),
+                settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True),
                 **resume_kwargs,
             ))
             run = wb.experiment  # start now, so failures surface here and not mid-training

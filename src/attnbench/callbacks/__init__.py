@@ -1,0 +1,1 @@
+"""Lightning callbacks: run statistics, attention diagnostics, progress bars, fault guards, resume state."""

@@ -1,0 +1,205 @@
+"""Attention diagnostics: why score functions differ (entropy, score magnitude, saturation, q/k gradients)."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+
+
+def attention_statistics(
+    attn: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None, block_bytes: int = 64 * 2**20
+) -> dict[str, float]:
+    """Statistics of one attention layer's weights on one batch.
+
+    Scores come from the score function's definition (``score_fn.scores``),
+    computed in query blocks so that no block's scores (or, for a score
+    function with a ``block_size`` method such as additive, its hidden tensor)
+    exceed ``block_bytes``.
+
+    Args:
+        attn: a :class:`attnbench.attention.MultiHeadAttention`.
+        x: its input, B×L×d_model.
+        key_padding_mask: bool B×L, True = padding (``None``: no padding).
+        block_bytes: memory budget of one query block (bytes).
+
+    Returns:
+        Over heads, batch and non-padding query rows:
+        ``entropy`` (mean attention entropy, nats),
+        ``entropy_norm`` (entropy / log(number of non-padding keys), in [0, 1];
+        rows with a single key are left out),
+        ``max_score`` (largest |score| over non-padding query–key pairs),
+        ``saturated_frac`` (fraction of rows whose largest weight exceeds 0.99).
+        ``entropy_norm`` and ``saturated_frac`` leave out rows of sequences with
+        a single non-padding key, whose one weight is trivially 1.
+    """
+    from attnbench.attention.base import masked_softmax
+
+    query, key, _ = attn.project(x)
+    b, h, length, _ = query.shape
+    if key_padding_mask is None:
+        key_padding_mask = torch.zeros(b, length, dtype=torch.bool, device=x.device)
+    keep_keys = ~key_padding_mask  # B×L
+    n_keys = keep_keys.sum(-1).to(query.dtype)  # B
+    element = query.element_size()
+    block_size = getattr(attn.score_fn, "block_size", None)
+    if callable(block_size):
+        rows = block_size(b, length, length, element)
+    else:
+        rows = max(1, block_bytes // max(1, b * h * length * element))
+    entropy_sum = norm_sum = saturated = 0.0
+    n_rows = n_norm_rows = 0.0
+    max_score = 0.0
+    for start in range(0, length, rows):
+        stop = min(length, start + rows)
+        scores = attn.score_fn.scores(query[:, :, start:stop], key)  # B×H×rows×L
+        weights = masked_softmax(scores, key_padding_mask)
+        valid_q = keep_keys[:, start:stop][:, None, :].expand(b, h, -1)  # B×H×rows
+        pair_ok = valid_q[..., None] & keep_keys[:, None, None, :]
+        if pair_ok.any():
+            max_score = max(max_score, float(scores.abs().masked_fill(~pair_ok, 0.0).max()))
+        entropy = -torch.special.xlogy(weights, weights).sum(-1)  # B×H×rows
+        log_n = torch.log(n_keys)[:, None, None].expand_as(entropy)
+        norm_ok = valid_q & (log_n > 0)
+        entropy_sum += float(entropy[valid_q].sum())
+        norm_sum += float((entropy[norm_ok] / log_n[norm_ok]).sum())
+        saturated += float((weights.amax(-1) > 0.99)[norm_ok].sum())
+        n_rows += float(valid_q.sum())
+        n_norm_rows += float(norm_ok.sum())
+    nan = float("nan")
+    return {
+        "entropy": entropy_sum / n_rows if n_rows else nan,
+        "entropy_norm": norm_sum / n_norm_rows if n_norm_rows else nan,
+        "max_score": max_score,
+        "saturated_frac": saturated / n_norm_rows if n_norm_rows else nan,
+    }
+
+
+class AttentionDiagnostics(pl.Callback):
+    """Why variants differ: attention entropy, score magnitude, saturation, q/k gradients.
+
+    Every ``every_n_steps`` optimizer steps (and once after training), on a
+    fixed probe batch — the first ``probe_size`` validation examples — with
+    the model in eval mode and no gradient, for each layer ``i``:
+
+    - ``diag/layer{i}/entropy``: mean attention entropy over heads and
+      non-padding query rows (nats);
+    - ``diag/layer{i}/entropy_norm``: the same divided by log(non-padding keys),
+      1 = uniform, 0 = one-hot;
+    - ``diag/layer{i}/max_score``: largest |score| (unnormalised logit);
+    - ``diag/layer{i}/saturated_frac``: fraction of rows whose top weight > 0.99,
+      where softmax gradients vanish (Vaswani et al. 2017, §3.2.1 footnote 4).
+
+    At the same steps, from the training batch's gradients (before clipping):
+    ``diag/layer{i}/query_grad_norm`` and ``diag/layer{i}/key_grad_norm``, the
+    L2 norms of the query and key projection gradients (weight and bias).
+
+    The values go to every logger (W&B, CSV) at the step they describe; the
+    post-training ones also go to :attr:`summary` (and so to ``metrics.json``)
+    together with their means over layers (``diag/entropy_norm``,
+    ``diag/saturated_frac``; ``diag/max_score`` is the max over layers).
+
+    Args:
+        every_n_steps: interval in optimizer steps; each probe costs about one
+            forward pass of ``probe_size`` examples.
+        probe_size: examples in the probe batch.
+        block_bytes: memory budget of one query block of scores (bytes).
+    """
+
+    def __init__(self, every_n_steps: int = 100, probe_size: int = 32, block_bytes: int = 64 * 2**20) -> None:
+        super().__init__()
+        if int(every_n_steps) < 1 or int(probe_size) < 1:
+            raise ValueError(
+                f"callbacks.attention_diagnostics: every_n_steps and probe_size must be >= 1, "
+                f"got {every_n_steps} and {probe_size}"
+            )
+        self.every_n_steps = int(every_n_steps)
+        self.probe_size = int(probe_size)
+        self.block_bytes = int(block_bytes)
+        self.summary: dict[str, float] = {}
+        self._probe: dict[str, torch.Tensor] | None = None
+
+    @staticmethod
+    def _layers(pl_module: pl.LightningModule) -> list[torch.nn.Module]:
+        from attnbench.attention import MultiHeadAttention
+
+        return [m for m in pl_module.modules() if isinstance(m, MultiHeadAttention)]
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        datamodule = trainer.datamodule
+        if datamodule is None:
+            self._probe = None
+            return
+        n = self.probe_size
+        from attnbench.data import PadCollator
+
+        val = datamodule.splits["val"]  # the first probe_size rows, whatever order the val batches come in
+        batch = PadCollator(datamodule.pad_id)([val[i] for i in range(min(n, len(val)))])
+        mask = batch["padding_mask"][:n]
+        width = max(1, int((~mask).sum(-1).max()))  # drop all-padding columns
+        self._probe = {"input_ids": batch["input_ids"][:n, :width], "padding_mask": mask[:, :width]}
+
+    @torch.no_grad()
+    def probe(self, pl_module: pl.LightningModule) -> dict[str, float]:
+        """Weight statistics of every attention layer on the probe batch (see the class docstring)."""
+        if self._probe is None:
+            return {}
+        layers = self._layers(pl_module)
+        inputs: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        handles = [
+            layer.register_forward_pre_hook(
+                lambda module, args, i=i: inputs.__setitem__(i, (args[0], args[1] if len(args) > 1 else None))
+            )
+            for i, layer in enumerate(layers)
+        ]
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            ids = self._probe["input_ids"].to(pl_module.device)
+            mask = self._probe["padding_mask"].to(pl_module.device)
+            pl_module(ids, mask)
+            metrics: dict[str, float] = {}
+            for i, layer in enumerate(layers):
+                x, layer_mask = inputs[i]
+                for name, value in attention_statistics(layer, x, layer_mask, self.block_bytes).items():
+                    metrics[f"diag/layer{i}/{name}"] = value
+        finally:
+            for handle in handles:
+                handle.remove()
+            pl_module.train(was_training)
+        return metrics
+
+    @staticmethod
+    def gradient_norms(pl_module: pl.LightningModule) -> dict[str, float]:
+        """L2 norms of each layer's query and key projection gradients (weight and bias rows)."""
+        metrics: dict[str, float] = {}
+        for i, layer in enumerate(AttentionDiagnostics._layers(pl_module)):
+            proj, inner = layer.qkv_proj, layer.inner_dim
+            if proj.weight.grad is None:
+                continue
+            for part, rows in (("query", slice(0, inner)), ("key", slice(inner, 2 * inner))):
+                sq = proj.weight.grad[rows].float().square().sum()
+                if proj.bias is not None and proj.bias.grad is not None:
+                    sq = sq + proj.bias.grad[rows].float().square().sum()
+                metrics[f"diag/layer{i}/{part}_grad_norm"] = float(sq.sqrt())
+        return metrics
+
+    @staticmethod
+    def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if trainer.global_step % self.every_n_steps != 0 or trainer.sanity_checking:
+            return
+        self._log(trainer, {**self.gradient_norms(pl_module), **self.probe(pl_module)})
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = self.probe(pl_module)
+        if not metrics:
+            return
+        for stat, reduce in (("entropy", "mean"), ("entropy_norm", "mean"), ("saturated_frac", "mean"),
+                             ("max_score", "max")):
+            values = torch.tensor([v for k, v in metrics.items() if k.endswith(f"/{stat}")])
+            metrics[f"diag/{stat}"] = float(values.nanmean() if reduce == "mean" else values.max())
+        self.summary = metrics
+        self._log(trainer, metrics)

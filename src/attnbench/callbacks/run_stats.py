@@ -1,0 +1,194 @@
+"""Whole-run throughput, peak memory and parameter count (:class:`RunStats`), for the summary and ``metrics.json``.
+
+The per-step throughput series comes from Lightning's own ``ThroughputMonitor``
+(configured in ``conf/callbacks/default.yaml`` with :func:`batch_size` and
+:func:`num_tokens`); :class:`RunStats` adds the whole-run figures that go into
+the run summary and ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import sys
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+log = logging.getLogger(__name__)
+
+
+def batch_size(batch: dict[str, Any]) -> int:
+    """Number of samples in a collated batch (``ThroughputMonitor.batch_size_fn``)."""
+    return int(batch["labels"].shape[0])
+
+
+def num_tokens(batch: dict[str, Any]) -> int:
+    """Non-padding tokens in a collated batch (``ThroughputMonitor.length_fn``)."""
+    return int(batch["num_tokens"])
+
+
+def _proc_status_kib(field: str) -> int | None:
+    """A ``/proc/self/status`` field in KiB (Linux), or ``None`` where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak-memory window: the CUDA allocator's peak, or on Linux the process's RSS high-water mark.
+
+    On Linux, writing ``5`` to ``/proc/self/clear_refs`` resets ``VmHWM``, so a
+    job's peak excludes earlier work in the same process (data preparation,
+    earlier jobs of a Hydra multirun). Elsewhere the CPU peak stays the
+    process's lifetime peak.
+    """
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory in bytes since :func:`reset_peak_memory`: CUDA allocator peak on GPU, else peak RSS.
+
+    On CPU this is the process's RSS high-water mark (``VmHWM`` on Linux, else
+    ``getrusage(RUSAGE_SELF).ru_maxrss``) — the whole process (interpreter,
+    libraries and data included), so compare it across variants of one
+    config, not as the attention's own footprint.
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    hwm = _proc_status_kib("VmHWM")
+    if hwm is not None:
+        return hwm * 1024
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
+
+
+class RunStats(pl.Callback):
+    """Whole-run throughput, peak memory and parameter count.
+
+    Training rate: samples and non-padding tokens of every training step after
+    the first ``warmup_steps``, divided by the wall time of those steps
+    (seconds, CUDA-synchronised; data loading between steps counted, while
+    validation, checkpointing and the first fetch after each of them are not).
+    Test rate: the same over the whole test loop (inference only). Under DDP
+    both count the samples and tokens of every process, over the time of the
+    slowest: the whole job's throughput. (Evaluation loaders give each
+    process distinct rows, :func:`attnbench.distributed.eval_sampler`, so the
+    test counts are the split's own.)
+
+    After a run, :attr:`summary` holds ``train/samples_per_sec``,
+    ``train/tokens_per_sec``, ``train/steps_per_sec``, ``train/time_sec`` (the measured steps),
+    ``train/samples`` and ``train/tokens`` (counted in the measured steps, all processes),
+    ``test/samples_per_sec``, ``test/tokens_per_sec``, ``test/samples``, ``test/tokens``,
+    ``perf/peak_mem_bytes`` and ``model/params``.
+
+    Args:
+        warmup_steps: training steps excluded from the rate (allocator warm-up,
+            kernel selection, first-touch page faults).
+    """
+
+    def __init__(self, warmup_steps: int = 20) -> None:
+        super().__init__()
+        self.warmup_steps = int(warmup_steps)
+        self.summary: dict[str, float] = {}
+        self._reset_train()
+        self._test_samples = 0
+        self._test_tokens = 0
+        self._test_t0 = 0.0
+
+    def _reset_train(self) -> None:
+        self._steps_seen = 0
+        self._train_time = 0.0
+        self._train_samples = 0
+        self._train_tokens = 0
+        self._train_steps = 0
+        self._last_end: float | None = None
+
+    @staticmethod
+    def _now(pl_module: pl.LightningModule) -> float:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        return time.perf_counter()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._reset_train()
+        reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
+        self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._last_end is None:  # first step after start, validation or checkpointing
+            self._last_end = self._now(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = self._now(pl_module)
+        self._steps_seen += 1
+        if self._steps_seen > self.warmup_steps and self._last_end is not None:
+            self._train_time += now - self._last_end
+            self._train_samples += batch_size(batch)
+            self._train_tokens += num_tokens(batch)
+            self._train_steps += 1
+        self._last_end = now
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._last_end = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._last_end = None
+
+    @staticmethod
+    def _whole_job(trainer, samples: int, tokens: int, seconds: float) -> tuple[float, float, float]:
+        """Samples and tokens summed over all processes of the job; seconds: the slowest process's."""
+        if trainer.world_size <= 1:
+            return float(samples), float(tokens), float(seconds)
+        local = torch.tensor([samples, tokens, seconds], dtype=torch.float64, device=trainer.strategy.root_device)
+        gathered = trainer.strategy.all_gather(local).reshape(-1, 3).cpu()
+        return float(gathered[:, 0].sum()), float(gathered[:, 1].sum()), float(gathered[:, 2].max())
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        samples, tokens, seconds = self._whole_job(trainer, self._train_samples, self._train_tokens, self._train_time)
+        if seconds > 0:
+            self.summary["train/samples"], self.summary["train/tokens"] = samples, tokens  # the measured steps
+            self.summary["train/samples_per_sec"] = samples / seconds
+            self.summary["train/tokens_per_sec"] = tokens / seconds
+            self.summary["train/steps_per_sec"] = self._train_steps / seconds  # every process takes every step
+            self.summary["train/time_sec"] = seconds
+        elif self._steps_seen:
+            log.warning(
+                "Only %d training steps in this process (a resumed run counts only the steps after its checkpoint), "
+                "all within the %d warm-up steps: no training throughput is reported (train/samples, train/tokens "
+                "and the train/*_per_sec rates are absent; lower callbacks.run_stats.warmup_steps or train longer).",
+                self._steps_seen, self.warmup_steps,
+            )
+        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._test_samples = 0
+        self._test_tokens = 0
+        self._test_t0 = self._now(pl_module)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._test_samples += batch_size(batch)
+        self._test_tokens += num_tokens(batch)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        samples, tokens, elapsed = self._whole_job(trainer, self._test_samples, self._test_tokens,
+                                                   self._now(pl_module) - self._test_t0)
+        self.summary["test/samples"], self.summary["test/tokens"] = samples, tokens
+        if elapsed > 0 and samples:
+            self.summary["test/samples_per_sec"] = samples / elapsed
+            self.summary["test/tokens_per_sec"] = tokens / elapsed
+        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))

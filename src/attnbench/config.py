@@ -1,0 +1,272 @@
+"""The run config's schema: Hydra structured configs (dataclasses in the ConfigStore), the one source of the
+defaults, types and allowed ranges of the run's own keys. No torch import: a bad value answers in about a second.
+
+``conf/train.yaml`` names :class:`RunConfig` as its schema (``defaults: [train_schema, ...]``), so
+
+- the defaults of ``optim.*`` live only in :class:`OptimConfig` (the YAML does not repeat them);
+- a value of the wrong type (``seed=abc``, ``model.d_model=64.5``, ``optim.lr=fast``) is refused while Hydra
+  composes the config; :func:`type_error_message` turns OmegaConf's error into the same one-line message as a
+  value out of range (``seed must be an integer, got 'abc'``);
+- :func:`check_run_config` checks the ranges (:data:`RANGES`, one message per key) before torch loads.
+
+``attention.*`` (the score function's own options, checked by its constructor) and ``data.*`` (checked by the
+data module) stay untyped here (``Any``); ``trainer.*``, ``callbacks.*`` and ``logger.*`` are ``_target_``
+configs (Lightning's ``Trainer`` and callbacks, :mod:`attnbench.run.loggers`), whose knobs that Lightning would
+only reject mid-run are range-checked here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from attnbench.errors import ConfigError
+
+SCHEDULES = ("cosine", "linear", "constant")
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+# Precisions whose weights (and so AdamW's moments) are float16: AdamW's eps 1e-8 rounds to 0 there and the
+# second moments of small gradients underflow to 0, so the first update divides 0 by 0 (NaN at step 1).
+FLOAT16_WEIGHTS = ("16-true", "transformer-engine-float16")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW (Loshchilov & Hutter 2019) and learning-rate schedule settings: the defaults of ``optim.*``.
+
+    Attributes:
+        lr: peak learning rate (after warm-up), > 0.
+        weight_decay: decoupled weight decay of the decayed group
+            (:func:`attnbench.models.optim.decay_parameter_groups`), >= 0.
+        betas: AdamW's (β1, β2), each in [0, 1).
+        eps: AdamW's ε added to the second-moment root, > 0.
+        warmup_ratio: fraction of all optimizer steps of linear warm-up, in [0, 1].
+        schedule: ``cosine``, ``linear`` or ``constant`` decay after warm-up.
+        min_lr_ratio: learning rate at the end of the decay, as a fraction of ``lr``, in [0, 1].
+    """
+
+    lr: float = 1.0e-3
+    weight_decay: float = 0.05
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    eps: float = 1.0e-8
+    warmup_ratio: float = 0.06
+    schedule: str = "cosine"
+    min_lr_ratio: float = 0.0
+
+
+@dataclass
+class ModelConfig:
+    """``model.*``: the keyword arguments of :class:`attnbench.models.model.TransformerClassifier` (types here;
+    the values are those of the chosen ``conf/model/<name>.yaml``, the ranges the model's own checks)."""
+
+    d_model: int = MISSING
+    n_heads: int = MISSING
+    head_dim: Optional[int] = None  # per-head d_k; None = d_model / n_heads
+    n_layers: int = MISSING
+    d_ff: int = MISSING
+    dropout: float = MISSING
+    attn_dropout: float = MISSING
+    pooling: str = MISSING  # mean | max | cls
+
+
+@dataclass
+class RunConfig:
+    """The root of ``conf/train.yaml``: the config groups (``attention``, ``model``, ``data``, ``trainer``,
+    ``callbacks``, ``logger``) and the run's own keys."""
+
+    attention: Any = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: Any = MISSING
+    trainer: Any = MISSING
+    callbacks: Any = None
+    logger: Any = None
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    module: Any = None  # _target_ configs of the LightningModule and (_partial_) its optimizer and schedule
+    optimizer: Any = None
+    scheduler: Any = None
+    task_name: str = "train"
+    seed: int = 0
+    tags: list[str] = field(default_factory=list)
+    ckpt_path: Optional[str] = None  # last | <file>.ckpt | null (see README: Resume)
+    optimized_metric: Optional[str] = "val/acc_best"  # the metric returned to Hydra sweepers
+    run_name: str = MISSING
+    budget: Optional[dict[str, int]] = None  # an experiment's per-dataset step or epoch budget
+    output_dir: Optional[str] = None  # outside Hydra (tests, notebooks): where the job writes
+
+
+ConfigStore.instance().store(name="train_schema", node=RunConfig)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in(low: float, high: float, high_open: bool = False):
+    return lambda v: _number(v) and low <= v and (v < high if high_open else v <= high)
+
+
+def _betas(value: Any) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and all(_number(b) and 0 <= b < 1 for b in value)
+
+
+def _steps(value: Any) -> bool:
+    return value is None or _integer(value) and (value >= 1 or value == -1)
+
+
+def _positive_int(value: Any) -> bool:
+    return _integer(value) and value >= 1
+
+
+# key -> (what it must be, check). The one place of the allowed ranges; the messages read
+# "<key> must be <what>, got <value>".
+RANGES: dict[str, tuple[str, Any]] = {
+    "seed": ("an integer", _integer),
+    "data.max_length": ("an integer >= 1", _positive_int),
+    "data.batch_size": ("an integer >= 1", _positive_int),
+    "data.eval_batch_size": ("an integer >= 1", _positive_int),
+    "model.d_model": ("an integer", _integer),
+    "model.n_heads": ("an integer", _integer),
+    "model.n_layers": ("an integer", _integer),
+    "model.d_ff": ("an integer", _integer),
+    "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps),
+    "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps),
+    "optim.lr": ("a number > 0", lambda v: _number(v) and v > 0),
+    "optim.weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
+    "optim.betas": ("two numbers in [0, 1), e.g. [0.9, 0.98]", _betas),
+    "optim.eps": ("a number > 0", lambda v: _number(v) and v > 0),
+    "optim.warmup_ratio": ("a number in [0, 1]", _in(0.0, 1.0)),
+    "optim.min_lr_ratio": ("a number in [0, 1]", _in(0.0, 1.0)),
+    "optim.schedule": ("'cosine', 'linear' or 'constant'", lambda v: v in SCHEDULES),
+    "logger.wandb.mode": ("auto, online, offline or disabled", lambda v: v in WANDB_MODES),
+    "logger.wandb.init_timeout": ("a number of seconds > 0", lambda v: _number(v) and v > 0),
+}
+_NOTES = {"trainer.max_steps": " (0 would test an untrained model)", "trainer.max_epochs": " (0 would test an untrained model)"}
+_ABSENT = object()
+
+
+def range_message(key: str, value: Any) -> str:
+    """``<key> must be <what>, got <value>`` for a key of :data:`RANGES`."""
+    value = list(value) if isinstance(value, tuple) else value
+    return f"{key} must be {RANGES[key][0]}, got {value!r}{_NOTES.get(key, '')}"
+
+
+def _select(cfg: Any, key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig | dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    if isinstance(node, DictConfig | dict) or OmegaConf.is_list(node):
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    return node
+
+
+def check_optim(optim: Any) -> dict[str, Any]:
+    """The ``optim`` mapping with the :class:`OptimConfig` defaults for missing keys, checked against :data:`RANGES`.
+
+    Raises:
+        ConfigError: an unknown key, or a value out of range; the message names ``optim.<key>``.
+    """
+    if OmegaConf.is_config(optim):
+        optim = OmegaConf.to_container(optim, resolve=True)
+    optim = dict(optim or {})
+    defaults = OmegaConf.to_container(OmegaConf.structured(OptimConfig))
+    unknown = sorted(set(optim) - set(defaults))
+    if unknown:
+        raise ConfigError(f"unknown optimizer setting(s) {', '.join('optim.' + k for k in unknown)}; "
+                          f"optim has: {', '.join(sorted(defaults))}")
+    values = {**defaults, **optim}
+    for key in ("betas", "warmup_ratio", "min_lr_ratio", "lr", "weight_decay", "eps", "schedule"):
+        if not RANGES["optim." + key][1](values[key]):
+            raise ConfigError(range_message("optim." + key, values[key]))
+    return values
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """The range checks of :data:`RANGES`, ``ckpt_path`` and ``trainer.precision``: no model, no data, no torch.
+
+    Raises:
+        ConfigError: with the key, the value and what it must be.
+    """
+    from attnbench.paths import user_path
+
+    for key, (_, ok) in RANGES.items():
+        if key.startswith("optim."):
+            continue
+        value = _select(cfg, key)
+        optional = key.startswith(("model.", "trainer.", "logger.")) or key == "logger.wandb.init_timeout"
+        if value is _ABSENT and optional or key.startswith("logger.wandb.") and value is None:
+            continue
+        if not ok(None if value is _ABSENT else value):
+            raise ConfigError(range_message(key, None if value is _ABSENT else value))
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not user_path(ckpt_path).is_file():
+        raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
+                          "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
+    check_optim(cfg.get("optim") or {})
+    check_precision((cfg.get("trainer") or {}).get("precision"))
+
+
+def check_precision(precision: Any) -> None:
+    """Refuse ``trainer.precision`` values whose weights are float16 (AdamW cannot train them).
+
+    Raises:
+        ConfigError: naming ``trainer.precision`` and the settings that work.
+    """
+    if str(precision) in FLOAT16_WEIGHTS:
+        raise ConfigError(
+            f"trainer.precision={precision} keeps the weights and AdamW's moments in float16, where AdamW's eps "
+            f"(optim.eps) rounds to 0 and small gradients' second moments underflow: the first update is NaN. "
+            "Use trainer.precision=16-mixed (float16 compute, float32 weights), bf16-mixed or bf16-true."
+        )
+
+
+def type_error_message(err: BaseException) -> str | None:
+    """The message for a value of the wrong type refused by the schema while Hydra composes the config
+    (OmegaConf's ``ValidationError``, the cause of Hydra's error), or ``None`` for other errors.
+
+    ``seed=abc`` -> ``seed must be an integer, got 'abc'`` (the words of :data:`RANGES` where the key has a
+    range; else ``<key> must be <type>, got <value>``).
+    """
+    from omegaconf.errors import ValidationError
+
+    cause = err if isinstance(err, ValidationError) else err.__cause__
+    if not isinstance(cause, ValidationError):
+        return None
+    key = str(getattr(cause, "full_key", "") or "").split("[")[0]  # optim.betas[0] -> optim.betas
+    value = getattr(cause, "value", None)
+    if key in RANGES:
+        return range_message(key, value)
+    wanted = str(getattr(cause, "msg", "")).split("\n")[0].rsplit(" to ", 1)[-1] or "another type"
+    return f"{key} must be of type {wanted}, got {value!r}"
+
+
+def config_dir() -> Path:
+    """The folder of ``train.yaml`` and its groups: the installed package ``attnbench.conf`` (the wheel carries
+    the repository's top-level ``conf/`` under that name, and an editable install maps the name to it; see
+    ``setup.py``), else, in a source checkout run with ``PYTHONPATH=src``, the checkout's ``conf/``."""
+    from importlib.resources import files
+    from importlib.util import find_spec
+
+    if find_spec("attnbench.conf") is not None:
+        installed = files("attnbench.conf")
+        if installed.joinpath("train.yaml").is_file():
+            return Path(str(installed))
+    return Path(__file__).resolve().parents[2] / "conf"  # src/attnbench/config.py -> <checkout>/conf
+
+
+def sqlite_url(path: str) -> str:
+    """``${attnbench.sqlite:outputs/hpo/optuna.db}`` -> ``sqlite:////abs/outputs/hpo/optuna.db``, folder created."""
+    file = Path(path).expanduser().resolve()
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{file}"
+
+
+OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)

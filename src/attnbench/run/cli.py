@@ -1,0 +1,192 @@
+"""The command line: ``python train.py ...`` / ``attnbench-train ...``, and the Hydra task of every job.
+
+Nothing here imports torch or Lightning at module level: ``--help``, a misspelt key, an unknown
+option and the checks of :func:`attnbench.config.check_run_config` answer before they load
+(:mod:`attnbench.run.train` is imported only when a job really starts).
+
+- :func:`run_cli`: one ``Error: ...`` line for the user's mistakes (a misspelt key gets the closest
+  valid keys, a value of the wrong type what it must be), a multirun finishes its other jobs when one
+  fails; warnings print as one line, never with the source line that raised them.
+- :func:`hydra_main`: the Hydra task; every failed job leaves ``failure.json`` in its output dir.
+
+The Hydra callbacks (fresh output dirs, the end-of-sweep report) are in :mod:`attnbench.run.hydra_callbacks`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from attnbench.config import check_run_config, config_dir, type_error_message
+from attnbench.errors import AttnbenchError, ConfigError, RunInterrupted
+from attnbench.run.ddp import global_rank_from_env
+from attnbench.run.hydra_callbacks import _SWEEP, sweep_summary
+from attnbench.run.outputs import job_output_dir, record_failure
+
+log = logging.getLogger("attnbench")
+
+#: The configs: the installed package ``attnbench.conf`` (:func:`attnbench.config.config_dir`).
+CONFIG_DIR = str(config_dir())
+
+# Hydra refuses these together; asked for together, its message comes with how to preview a sweep instead.
+_ONE_COMMAND = ("run", "multirun", "cfg", "info", "shell_completion")
+
+
+def _report(err: BaseException) -> None:
+    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
+    ERROR record in the job's log files (``train.log``)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    print(f"Error: {err}", file=sys.stderr, flush=True)
+
+
+def job_failed(err: AttnbenchError) -> None:
+    """Called by the Hydra task on a user-facing error: log one line, then exit (single run, interrupt) or
+    re-raise so that Hydra's multirun records the failure (``SweepReport``) and goes on with the next job."""
+    _report(err)
+    if _in_sweep() and not isinstance(err, RunInterrupted):
+        raise err
+    raise SystemExit(getattr(err, "exit_code", 1)) from None
+
+
+def _exit_if_jobs_failed() -> None:
+    """In a multirun whose jobs failed: print :func:`sweep_summary` and exit with code 1."""
+    text, failed = sweep_summary(_SWEEP["dir"])
+    if failed:
+        print(text, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def _commands_in(argv: list[str]) -> int:
+    """How many of Hydra's mutually exclusive commands (``--run``, ``-m``, ``--cfg``, ...) ``argv`` asks for,
+    read with Hydra's own argument parser."""
+    from hydra._internal.utils import get_args_parser
+
+    args, _ = get_args_parser().parse_known_args(argv)
+    return sum(bool(getattr(args, name, None)) for name in _ONE_COMMAND)
+
+
+def run_cli(hydra_main: Callable[[], Any]) -> None:
+    """Run a ``@hydra.main`` function with one-line messages for the user's mistakes.
+
+    - a misspelt key override: the closest valid keys (Hydra alone suggests appending it with ``+``);
+    - a value of the wrong type (``seed=abc``): what the key must be (:func:`attnbench.config.type_error_message`);
+    - ``-m`` with ``--cfg``: how to preview a sweep (exit code 2);
+    - a multirun in which jobs failed: every job still runs; then one line per failed job, exit code 1
+      (``SweepReport`` for every launcher and sweeper; here for the sweepers that re-raise a job's error);
+    - Ctrl-C outside training: one line, exit code 130.
+
+    Other Hydra errors (unknown config group option, parse errors) keep Hydra's
+    message, which lists the valid options. ``HYDRA_FULL_ERROR=1`` shows full
+    tracebacks as usual.
+    """
+    from hydra.errors import CompactHydraException
+
+    from attnbench.run.failures import hydra_error_message
+
+    if _commands_in(sys.argv[1:]) > 1:
+        print("Error: Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified. "
+              "To see what a sweep will run, print its config without -m: "
+              "python train.py <overrides> --cfg hydra (hydra.sweeper.params).", file=sys.stderr)
+        raise SystemExit(2)
+    user_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
+    _SWEEP["dir"] = None
+    try:
+        hydra_main()
+    except AttnbenchError as err:  # a multirun's sweeper re-raised a failed job's error after all jobs ran
+        _exit_if_jobs_failed()
+        print(f"Error: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except CompactHydraException as err:
+        _exit_if_jobs_failed()
+        if user_full_error:
+            raise
+        message = hydra_error_message(err) or type_error_message(err)
+        if message is None:
+            message = str(err) + (f"\n{err.__cause__}" if err.__cause__ is not None else "")
+        print(f"Error: {message}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print("Interrupted (Ctrl-C) before training started; nothing to resume.", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    except Exception:  # a bug in a job of a basic multirun (its traceback is in its train.log): the same list
+        _exit_if_jobs_failed()
+        raise
+    finally:
+        if user_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = user_full_error
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` of the command line: the message as one WARNING log record (console and
+    ``train.log``), without the file, line number and source line Python adds."""
+    text = " ".join(str(message).split())
+    name = category.__name__
+    log.warning("%s", text if name in ("UserWarning", "Warning") else f"{name}: {text}")
+
+
+def _in_sweep() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _is_rank_zero(cfg: DictConfig) -> bool:
+    devices = (cfg.get("trainer") or {}).get("devices", 1)
+    return global_rank_from_env(int(devices) if isinstance(devices, int) and devices > 0 else 1) == 0
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def hydra_main(cfg: DictConfig) -> float | None:
+    """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
+
+    A failed job leaves ``failure.json`` in its output dir (config and data faults
+    included; for a fault during training with the step and the checkpoint to
+    resume from), and in a sweep ``error.json`` and an ERROR line in its
+    ``train.log``; its exception goes to Hydra, so the other jobs still run,
+    the Optuna sweeper records the trial as failed and goes on
+    (``hydra.sweeper.max_failure_rate``), and ``SweepReport`` lists the
+    jobs when all are done (exit code 1 if one failed).
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    metric = cfg.get("optimized_metric")
+    try:
+        check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
+        from attnbench.run.ddp import ddp_job_scope
+        from attnbench.run.train import train
+
+        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
+            summary = train(cfg)
+        if metric and summary.get(metric) is None:
+            raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
+    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
+        if _is_rank_zero(cfg):
+            record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
+        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
+    except Exception as err:  # a bug: the traceback, and in a sweep the other jobs still run
+        if _is_rank_zero(cfg):
+            record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
+        if _in_sweep():
+            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
+        raise
+    return float(summary[metric]) if metric else None
+
+
+def main() -> None:
+    """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`run_cli`."""
+    warnings.showwarning = _show_warning
+    run_cli(hydra_main)

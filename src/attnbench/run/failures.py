@@ -1,0 +1,245 @@
+"""Every exception a job can meet, translated into one user-facing message (:class:`~attnbench.errors.AttnbenchError`)
+in one place; ``failure.json`` written and the W&B run finished on the way out.
+
+- :func:`invalid_config`, :func:`from_instantiation`: config and construction errors before training;
+- :class:`FailureHandler`: what escapes ``trainer.fit``/``trainer.test`` (a NaN loss, out of memory, an
+  interrupt, a failed write, a Lightning misconfiguration);
+- :func:`hydra_error_message`: a misspelt key override, at composition (used by :mod:`attnbench.run.cli`).
+
+A bug's exception is never translated: it keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import math
+import shlex
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
+
+from attnbench.errors import AttnbenchError, ConfigError, OutOfMemory, OutputWriteError, RunInterrupted, write_error
+from attnbench.run.outputs import FAILURE_FILE, write_failure
+
+if TYPE_CHECKING:
+    from attnbench.callbacks.interrupt_checkpoint import InterruptCheckpoint
+
+log = logging.getLogger("attnbench")
+
+
+def invalid_config(err: ValueError | KeyError | TypeError) -> ConfigError:
+    """A constructor's rejection of a config value (model sizes, dropout, schedule) as a :class:`ConfigError`."""
+    message = err.args[0] if err.args else repr(err)
+    return ConfigError(f"invalid config: {message}")
+
+
+def from_instantiation(err: Exception, what: str) -> BaseException:
+    """The error to show for Hydra's ``InstantiationException`` of ``cfg.<what>`` (``data``, ``trainer``).
+
+    Hydra wraps a constructor's exception; an :class:`AttnbenchError` (the data module's own messages) is
+    shown as it is, a trainer's ``MisconfigurationException``/``ValueError``/``TypeError`` (``trainer=gpu``
+    on a machine without one) as ``invalid trainer config: ...``; anything else is ``err`` itself.
+    """
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    cause = err.__cause__
+    if isinstance(cause, AttnbenchError):
+        return cause
+    if what == "trainer" and isinstance(cause, MisconfigurationException | ValueError | TypeError):
+        return ConfigError(f"invalid trainer config: {cause}")
+    return err
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for CUDA/MPS out-of-memory errors and CPU allocation failures (RuntimeError "can't allocate memory")."""
+    import torch
+
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(
+        s in text for s in ("out of memory", "can't allocate memory", "could not allocate", "failed to allocate")
+    )
+
+
+def _lightning_message(err: BaseException) -> str:
+    """A Lightning ``MisconfigurationException``'s message without its `` HINT: ...`` tail, on one line.
+
+    Lightning appends the hint to the message text (no attribute holds the message without it), and the hint
+    names a Python call (``self.log(...)``) where an attnbench user changes a config key; the message text is
+    all there is to cut.
+    """
+    return " ".join(str(err).split(" HINT:")[0].split())
+
+
+def _overrides() -> list[str]:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
+    return []
+
+
+def _run_dir_override() -> list[str]:
+    """``hydra.run.dir=<this run's dir>`` for a single run, so that its resume continues in the same dir."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN:
+        return [shlex.quote(f"hydra.run.dir={HydraConfig.get().runtime.output_dir}")]
+    return []
+
+
+class FailureHandler:
+    """Turns what escapes ``trainer.fit``/``trainer.test`` into one :class:`AttnbenchError` (:meth:`translate`),
+    writes ``failure.json`` with the metrics so far and finishes the W&B run (:meth:`translating`).
+
+    Args:
+        cfg: the run's composed config (for the messages: ``data.*`` sizes, ``attention.chunk_bytes``).
+        output_dir: the job's output dir (``failure.json``).
+        interrupt: the run's :class:`~attnbench.callbacks.interrupt_checkpoint.InterruptCheckpoint` (the trainer,
+            the signal, the checkpoint written).
+    """
+
+    def __init__(self, cfg: DictConfig, output_dir: Path, interrupt: InterruptCheckpoint) -> None:
+        self.cfg = cfg
+        self.output_dir = Path(output_dir)
+        self.interrupt = interrupt
+
+    @property
+    def trainer(self) -> Any:
+        return self.interrupt.trainer
+
+    def _where(self) -> str:
+        t = self.trainer
+        return f"step {t.global_step} (epoch {t.current_epoch})" if t is not None else "start-up"
+
+    def _testing(self) -> bool:
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        return self.trainer is not None and self.trainer.state.fn == TrainerFn.TESTING
+
+    def _fitting(self) -> bool:
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        return self.trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+
+    def translate(self, err: BaseException) -> AttnbenchError | None:
+        """The user-facing error for ``err`` (escaped from fit/test), or ``None`` for a bug (re-raised as is)."""
+        from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+        if isinstance(err, AttnbenchError):
+            return err
+        interrupt = self.interrupt
+        if isinstance(err, KeyboardInterrupt) and interrupt.signal_name is None:
+            interrupt.signal_name = "Ctrl-C (SIGINT)"
+        if interrupt.signal_name is not None and isinstance(err, KeyboardInterrupt | SystemExit):
+            return RunInterrupted(self._interrupt_message(),
+                                  128 + (signal.SIGTERM if interrupt.signal_name == "SIGTERM" else signal.SIGINT))
+        if is_out_of_memory(err):
+            data = self.cfg.data
+            knobs = f"data.batch_size (now {data.batch_size}), data.max_length (now {data.max_length})"
+            if not self._fitting():
+                knobs = f"data.eval_batch_size (now {data.eval_batch_size}), data.max_length (now {data.max_length})"
+            if "chunk_bytes" in self.cfg.attention:
+                knobs += f", attention.chunk_bytes (now {self.cfg.attention.chunk_bytes})"
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return OutOfMemory(f"Out of memory at {self._where()} ({first_line[:160]}). Lower {knobs}; "
+                               "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
+        if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
+            return ConfigError(f"invalid trainer or callbacks config: {_lightning_message(err)}")
+        write_err = write_error(err)
+        if write_err is not None:
+            path = write_err.filename or self.output_dir
+            return OutputWriteError(
+                f"Could not write {path}: {write_err.strerror or write_err}. Free disk space or make it writable, "
+                f"or write elsewhere with hydra.run.dir=<dir>; metrics so far are in {self.output_dir / 'csv'} "
+                f"and {self.output_dir / FAILURE_FILE}."
+            )
+        return None
+
+    def _interrupt_message(self) -> str:
+        from attnbench.callbacks.nan_guard import last_checkpoint
+
+        interrupt = self.interrupt
+        if interrupt.checkpoint is not None:
+            resume = " ".join(["python train.py", *map(shlex.quote, _overrides()), *_run_dir_override(),
+                               f"ckpt_path={shlex.quote(str(interrupt.checkpoint))}"])
+            saved = f"checkpoint saved to {interrupt.checkpoint}. Resume with: {resume}"
+        else:
+            last = last_checkpoint(self.trainer)
+            why = f" ({interrupt.checkpoint_error})" if interrupt.checkpoint_error else ""
+            saved = f"no new checkpoint written{why}; the last one is {last}" if last else "no checkpoint to resume"
+            if self._testing():
+                saved = f"training had finished (checkpoints in {self.output_dir / 'checkpoints'}); testing stopped"
+        return f"Interrupted by {interrupt.signal_name} at {self._where()}; {saved}."
+
+    @contextlib.contextmanager
+    def translating(self, wandb_logger: Any = None) -> Iterator[FailureHandler]:
+        """Wrap ``trainer.fit``/``trainer.test``: on any exception write ``failure.json``, finish W&B, and raise
+        the user-facing :class:`AttnbenchError` (a bug's exception is re-raised unchanged)."""
+        try:
+            yield self
+        except BaseException as err:
+            user_error = self.translate(err)
+            self._write_failure(user_error or err)
+            with contextlib.suppress(AttributeError):  # the command line writes failure.json for the other failures
+                (user_error or err).failure_recorded = True
+            finish_wandb(wandb_logger, exit_code=getattr(user_error, "exit_code", 1))
+            if user_error is None:
+                raise
+            raise user_error from None
+
+    def _write_failure(self, err: BaseException) -> None:
+        from attnbench.callbacks.nan_guard import last_checkpoint
+
+        metrics = {}
+        if self.trainer is not None:
+            for k, v in self.trainer.callback_metrics.items():
+                with contextlib.suppress(TypeError, ValueError, RuntimeError):
+                    value = float(v)
+                    metrics[k] = value if math.isfinite(value) else str(value)
+        checkpoint = self.interrupt.checkpoint
+        write_failure(self.output_dir, err, where=self._where(),
+                      checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer), metrics=metrics)
+
+
+def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
+    """``wandb.finish`` of a started run; a failure is a warning (W&B never hides the real error)."""
+    if wandb_logger is None:
+        return
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
+    except Exception as err:  # noqa: BLE001 - W&B must never hide the real error
+        log.warning("W&B finish failed: %s", err)
+
+
+def hydra_error_message(err: BaseException) -> str | None:
+    """One line for a misspelt key override, with the closest valid keys; ``None`` for other errors."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = err.__cause__
+    if not isinstance(cause, ConfigKeyError | ConfigAttributeError):
+        return None
+    full_key = str(getattr(cause, "full_key", "") or "")
+    key = str(getattr(cause, "key", "") or full_key.rsplit(".", 1)[-1])
+    parent = getattr(cause, "parent_node", None)
+    options = [str(k) for k in parent] if isinstance(parent, DictConfig) else []
+    prefix = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
+    close = [prefix + c for c in difflib.get_close_matches(key, options, n=3, cutoff=0.6)]
+    if not prefix and isinstance(parent, DictConfig):  # a top-level key: maybe one level down (lr -> optim.lr)
+        nested = {f"{group}.{sub}": str(sub) for group in parent if isinstance(parent.get(group), DictConfig)
+                  for sub in parent.get(group)}
+        close += [path for path, sub in nested.items() if sub in difflib.get_close_matches(key, [sub], cutoff=0.8)]
+    hint = f"did you mean {' or '.join(close[:4])}? " if close else ""
+    where = f"'{prefix[:-1]}'" if prefix else "the config"
+    return (f"Unknown config key '{full_key}': {hint}{where} has: {', '.join(options)}. "
+            f"(To add a new key on purpose, write +{full_key}=...)")

@@ -1,0 +1,215 @@
+"""Hydra callbacks of every run: a fresh output dir per run and sweep, and the end-of-sweep job list.
+
+- :class:`FreshOutputDir` gives every run and sweep a directory of its own: a
+  re-run never writes into a previous run's outputs, and two jobs started in the
+  same second get distinct directories.
+- :class:`SweepReport`: one line per job at the end of a sweep and the report
+  command; a sweep in which a job failed exits 1, with any launcher (basic, joblib,
+  submitit) and sweeper (basic, Optuna).
+
+No torch import: they run in the launching process before any job starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback as HydraCallback
+from omegaconf import DictConfig, read_write
+
+from attnbench.errors import AttnbenchError, ConfigError
+
+log = logging.getLogger("attnbench")
+
+
+def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
+    """``path``, or ``path_2``, ``path_3``, ... : the first that is absent or empty, claimed atomically.
+
+    A directory is claimed by creating ``marker`` in it with an exclusive create,
+    so two processes racing for one name never both get it.
+    """
+    for i in range(1, 10_000):
+        candidate = path if i == 1 else path.with_name(f"{path.name}_{i}")
+        if candidate.is_dir() and any(candidate.iterdir()) or candidate.exists() and not candidate.is_dir():
+            continue
+        candidate.mkdir(parents=True, exist_ok=True)
+        try:
+            if marker_is_file:
+                with open(candidate / marker, "x"):
+                    pass
+            else:
+                (candidate / marker).mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise ConfigError(f"no free output directory next to {path}")
+
+
+class FreshOutputDir(HydraCallback):
+    """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken).
+
+    Runs before Hydra creates the job directory, so neither ``.hydra/`` nor
+    ``train.log`` of an earlier run is touched.
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if str(config.hydra.output_subdir).startswith(".pl_ddp_hydra_") or os.environ.get("LOCAL_RANK", "0") != "0":
+            return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
+        if config.get("ckpt_path"):
+            return  # resuming: the run continues in the dir it names (hydra.run.dir=<run dir> ckpt_path=last)
+        wanted = Path(str(config.hydra.run.dir))
+        got = claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench"))
+        self._set(config, "run", wanted, got)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.get("ckpt_path"):
+            return  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir> ckpt_path=last)
+        wanted = Path(str(config.hydra.sweep.dir))
+        got = claim_dir(wanted, "multirun.yaml", marker_is_file=True)
+        self._set(config, "sweep", wanted, got)
+        # every job's config is composed again from the overrides: make the claimed dir one of them
+        quoted = str(got).replace("\\", "\\\\").replace("'", "\\'")
+        with read_write(config.hydra):
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{quoted}'")
+
+    @staticmethod
+    def _set(config: DictConfig, key: str, wanted: Path, got: Path) -> None:
+        with read_write(config.hydra):
+            config.hydra[key].dir = str(got)
+        if got != wanted:
+            print(f"{wanted} already holds another run; this one writes to {got}", file=sys.stderr)
+
+
+SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
+_SWEEP: dict[str, Path | None] = {"dir": None}  # the multirun of this (main) process, set when it starts
+
+
+class SweepReport(HydraCallback):
+    """Hydra callback: the end-of-sweep list of failed jobs and exit code 1, whatever the launcher or sweeper.
+
+    - :meth:`on_job_end` runs in the job's own process (the basic launcher's,
+      a joblib worker, a submitit/SLURM job) and writes the job's status to
+      ``<sweep dir>/.attnbench-jobs/<job num>.json`` (``status`` completed or
+      failed, ``error``, ``output_dir``, ``overrides``, ``return_value``).
+      A completed job's record also holds ``metrics``: its ``test/acc`` and
+      tokens/s from ``metrics.json``.
+    - :meth:`on_multirun_end` (main process) reads them all and prints one
+      line per job (ok or failed, test/acc and tokens/s, or the error) and the
+      command that builds the sweep's report (:func:`sweep_summary`); when a
+      job failed it exits with code 1. Sweepers that record failures and go on
+      (Optuna) reach it; the basic sweeper instead raises the first failed
+      job's error after all jobs ran, and :func:`run_cli` prints the same
+      lines from the same records.
+
+    List it after ``fresh_output_dir`` in ``hydra.callbacks`` (it reads the
+    claimed sweep dir). Hydra swallows exceptions raised by callbacks, so the
+    exit is a ``SystemExit(1)``.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        _SWEEP["dir"] = sweep_dir
+        records = sweep_dir / SWEEP_JOBS_DIR
+        if records.is_dir():  # a resumed sweep (same sweep dir): report this invocation's jobs only
+            for old in records.glob("*.json"):
+                old.unlink(missing_ok=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        hydra_cfg = config.hydra
+        if hydra_cfg.mode != RunMode.MULTIRUN or _process_rank() != 0:
+            return  # a single run, or a DDP/SLURM rank other than 0 (rank 0 reports the job)
+        record: dict[str, Any] = {
+            "num": int(hydra_cfg.job.num),
+            "output_dir": str(hydra_cfg.runtime.output_dir),
+            "overrides": list(job_return.overrides or []),
+            "status": "completed" if job_return.status == JobStatus.COMPLETED else "failed",
+        }
+        if job_return.status == JobStatus.COMPLETED:
+            value = job_return.return_value
+            record["return_value"] = value if isinstance(value, int | float | str | type(None)) else repr(value)
+            with contextlib.suppress(OSError, ValueError):  # the headline figures of the job's metrics.json
+                metrics = json.loads((Path(record["output_dir"]) / "metrics.json").read_text())
+                record["metrics"] = {key: metrics[key] for key, _ in SWEEP_LINE_FIGURES if key in metrics}
+        else:
+            err = getattr(job_return, "_return_value", None)
+            record["error"] = str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}"
+        folder = Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f"{record['num']}.json.tmp"
+            tmp.write_text(json.dumps(record, indent=2))
+            tmp.replace(folder / f"{record['num']}.json")
+        except OSError as err:
+            log.warning("Could not record the job's status in %s: %s", folder, err)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        text, failed = sweep_summary(sweep_dir)
+        if text:
+            print(text, file=sys.stderr if failed else sys.stdout, flush=True)
+        if failed:
+            raise SystemExit(1)
+
+
+def _process_rank() -> int:
+    for key in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
+
+
+SWEEP_LINE_FIGURES = (("test/acc", "{:.4f}"), ("train/tokens_per_sec", "{:,.0f}"), ("test/tokens_per_sec", "{:,.0f}"))
+
+
+def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
+    if sweep_dir is None or not (Path(sweep_dir) / SWEEP_JOBS_DIR).is_dir():
+        return []
+    records = []
+    for path in (Path(sweep_dir) / SWEEP_JOBS_DIR).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            records.append(json.loads(path.read_text()))
+    return sorted(records, key=lambda r: r.get("num", 0))
+
+
+def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
+    """The end-of-sweep text and the number of failed jobs, from the records :class:`SweepReport` wrote in
+    ``<sweep_dir>/.attnbench-jobs/`` (``(None, 0)`` when there are none).
+
+    The text: ``Sweep <dir>: <m> jobs, <n> failed``; one line per job, ``ok`` with its ``test/acc``,
+    ``train tokens/s`` and ``test tokens/s``, or ``failed`` with ``Error: <message>``; then the command
+    that builds the sweep's report (``python scripts/report.py <sweep dir>``).
+    """
+    records = _job_records(sweep_dir)
+    if not records:
+        return None, 0
+    failed = [r for r in records if r.get("status") == "failed"]
+    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed"
+             + (" (each failed job wrote error.json and failure.json in its dir)" if failed else "")]
+    labels = {"test/acc": "test/acc", "train/tokens_per_sec": "train tokens/s", "test/tokens_per_sec": "test tokens/s"}
+    for r in records:
+        name = Path(str(r.get("output_dir"))).name
+        if r.get("status") == "failed":
+            lines.append(f"  failed  {name}  Error: {r.get('error')}")
+            continue
+        metrics = r.get("metrics") or {}
+        figures = [f"{labels[key]} {fmt.format(metrics[key]) if isinstance(metrics.get(key), int | float) else '-'}"
+                   for key, fmt in SWEEP_LINE_FIGURES]
+        lines.append(f"  ok      {name}  " + "  ".join(figures))
+    if len(failed) < len(records):
+        lines.append(f"Report: python scripts/report.py {sweep_dir}")
+    return "\n".join(lines), len(failed)
+
+
+def sweep_failure_summary(sweep_dir: Path | None) -> str | None:
+    """:func:`sweep_summary`'s text when a job failed, else ``None``."""
+    text, failed = sweep_summary(sweep_dir)
+    return text if failed else None

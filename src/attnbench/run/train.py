@@ -1,0 +1,307 @@
+"""``train(cfg) -> summary``: one training job, told as a short story.
+
+    python train.py attention=additive                # one job
+    python train.py -m attention=dot,additive seed=0,1  # a sweep, one W&B group
+    attnbench-train --help                            # config groups and options
+
+Check the config, claim the output dir, build data, model, loggers, callbacks and trainer from their
+``_target_`` configs, fit, test the best checkpoint, write ``metrics.json``. The command line around it is
+:mod:`attnbench.run.cli`; every fault's message is made in :mod:`attnbench.run.failures`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.types import RunMode
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import LearningRateMonitor
+from pytorch_lightning.callbacks.progress import ProgressBar
+from pytorch_lightning.loggers import WandbLogger
+
+from attnbench.callbacks.interrupt_checkpoint import InterruptCheckpoint
+from attnbench.callbacks.nan_guard import NonFiniteLossGuard
+from attnbench.callbacks.resume_state import ResumeState
+from attnbench.callbacks.run_stats import RunStats
+from attnbench.config import check_run_config
+from attnbench.models.module import TextClassifierModule
+from attnbench.run.console import format_summary
+from attnbench.run.ddp import global_rank_from_env, use_job_command_for_ddp_children
+from attnbench.run.failures import FailureHandler, finish_wandb, from_instantiation, invalid_config
+from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, write_json
+from attnbench.run.resume import checkpoint_extras, resolve_checkpoint
+
+log = logging.getLogger("attnbench")
+
+# Lightning's advice to add DataLoader workers does not fit a 2-core machine
+# where collation is cheap; the number of workers is data.num_workers.
+warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+warnings.filterwarnings("ignore", message=r".*`ThroughputMonitor`, you need to define a `flops_per_batch`.*")
+# A run with fewer optimizer steps than log_every_n_steps logs its per-step series at its last step
+# (TextClassifierModule.on_train_start), so Lightning's advice to lower the interval does not apply.
+warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
+# Noise from library internals that users cannot act on.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+
+
+def build(node: DictConfig, what: str, **kwargs: Any) -> Any:
+    """``instantiate(node, **kwargs)``; a constructor's error as the user-facing error of :func:`from_instantiation`."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        shown = from_instantiation(err, what)
+        if shown is err:
+            raise
+        raise shown from None
+
+
+def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
+    """A ``_target_`` config (a logger or callback) instantiated with the run's context arguments it names.
+
+    ``context`` holds what only the run knows (``save_dir``/``dirpath``: the output dir, ``name``, ``config``,
+    ``group``, ``start``, ``resume``); each is passed when the target's signature has a parameter of that name
+    and the config leaves it unset (absent or null). Any Lightning logger or callback, or one of the user's,
+    gets them the same way.
+    """
+    params = inspect.signature(get_object(node._target_)).parameters
+    extra = {k: v for k, v in context.items() if k in params and node.get(k) is None}
+    return build(node, what, **extra)
+
+
+def multirun_group(cfg: DictConfig) -> str | None:
+    """The W&B group of a multirun's jobs (``<task_name>-<sweep dir name>``), ``None`` for a single run."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return f"{cfg.task_name}-{Path(HydraConfig.get().sweep.dir).name}"
+    return None
+
+
+def processes_per_node(cfg: DictConfig) -> int:
+    devices = cfg.trainer.get("devices", 1)
+    return int(devices) if isinstance(devices, int) and devices > 0 else 1
+
+
+def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any]:
+    """``val_check_interval=max_steps`` when the run ends before its first epoch does.
+
+    Lightning validates at epoch ends by default; a ``trainer.max_steps`` run
+    shorter than one epoch would otherwise never validate, never checkpoint,
+    and test its last weights rather than the best ones.
+    """
+    max_steps = int(cfg.trainer.get("max_steps") or -1)
+    world_size = processes_per_node(cfg) * int(cfg.trainer.get("num_nodes") or 1)
+    batches_per_epoch = -(-len(datamodule.train_dataloader()) // world_size)  # each process gets 1/world_size
+    limit = cfg.trainer.get("limit_train_batches")
+    if isinstance(limit, int) and limit > 0:
+        batches_per_epoch = min(batches_per_epoch, limit)
+    interval = cfg.trainer.get("val_check_interval", 1.0)
+    if 0 < max_steps < batches_per_epoch and isinstance(interval, float) and interval == 1.0:
+        log.info("The run ends at step %d, before its first epoch (%d batches): validating at step %d.",
+                 max_steps, batches_per_epoch, max_steps)
+        return {"val_check_interval": max_steps}
+    return {}
+
+
+def build_module(cfg: DictConfig, vocab_size: int, num_classes: int, max_length: int, pad_id: int) -> Any:
+    """The LightningModule of ``cfg.module`` with the data's sizes and the ``_partial_`` optimizer and scheduler."""
+    return instantiate(cfg.module, vocab_size=vocab_size, num_classes=num_classes, max_length=max_length,
+                       pad_id=pad_id, optimizer=instantiate(cfg.optimizer), scheduler=instantiate(cfg.scheduler))
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Fail in a second, before any data work, if the model or optimizer config cannot work.
+
+    The range checks of :func:`attnbench.config.check_run_config`, then the model built once with a 2-token
+    vocabulary (cheap: its own checks, and the score function's).
+
+    Raises:
+        ConfigError: with the offending key and value.
+    """
+    check_run_config(cfg)
+    try:
+        build_module(cfg, vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0)
+    except InstantiationException as err:
+        cause = err.__cause__
+        if isinstance(cause, ValueError | KeyError | TypeError):
+            raise invalid_config(cause) from None
+        raise
+
+
+def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: dict[str, Any]) -> list:
+    """The loggers of ``cfg.logger`` (W&B, CSV): a W&B run that cannot start is left out (warned, never fatal)."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    for name, node in (cfg.logger or {}).items():  # the run config shows the group the run really joined
+        if node is not None and "group" in node and node.group is None:
+            config["logger"][name]["group"] = multirun_group(cfg)
+    context = dict(save_dir=output_dir, name=cfg.run_name, config=config, group=multirun_group(cfg),
+                   start=rank_zero, resume=resumed.get("wandb_run"))
+    loggers = [build_with_context(node, "logger", **context) for node in (cfg.logger or {}).values() if node]
+    return [logger for logger in loggers if logger is not None]
+
+
+def build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool) -> list[pl.Callback]:
+    """The callbacks of ``cfg.callbacks`` (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``), and a
+    :class:`RunStats` if none is configured (the summary needs it)."""
+    callbacks = []
+    for node in (cfg.get("callbacks") or {}).values():
+        if node is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
+            continue
+        callback = build_with_context(node, "callbacks", dirpath=str(output_dir / "checkpoints"))
+        if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
+            continue  # trainer.enable_progress_bar=false wins over the configured bar
+        if isinstance(callback, LearningRateMonitor) and not has_logger:
+            continue  # logger=none: nothing to log the learning rate to (Lightning would stop the run)
+        callbacks.append(callback)
+    if not any(isinstance(c, RunStats) for c in callbacks):
+        callbacks.append(RunStats())
+    return callbacks
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train, select the best checkpoint on ``val/acc``, test it, and log everything.
+
+    Args:
+        cfg: the composed config of ``conf/train.yaml``.
+
+    Returns:
+        The run summary (also written to ``<output_dir>/metrics.json`` and the
+        W&B run summary): ``val/acc``, ``val/acc_best``, ``test/acc``,
+        ``test/f1_macro``, throughput (samples/s, tokens/s), ``perf/peak_mem_bytes``
+        (bytes), ``model/params``, ``time/total_sec`` (seconds).
+
+    Raises:
+        attnbench.errors.ConfigError: a model/optimizer setting that cannot work.
+        attnbench.data.DataUnavailableError: no local files and no Hub.
+        attnbench.data.DataConfigError: the data config does not fit the dataset.
+        attnbench.errors.NonFiniteLossError, OutOfMemory, OutputWriteError, RunInterrupted: faults during
+            training, each with a message naming what to change (``failure.json`` records them).
+    """
+    t_start = time.perf_counter()
+    check_config(cfg)
+    output_dir = job_output_dir(cfg)
+    check_output_dir(output_dir, resuming=bool(cfg.get("ckpt_path")))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # Before the Trainer exists: the rank the launcher gave this process (DDP children, SLURM tasks, torchrun).
+    rank_zero = global_rank_from_env(processes_per_node(cfg)) == 0
+    if HydraConfig.initialized() and "LOCAL_RANK" not in os.environ:
+        use_job_command_for_ddp_children(output_dir)  # DDP children run this job, in this output dir
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), output_dir)
+    resumed = checkpoint_extras(ckpt_path) if ckpt_path else {}
+    if ckpt_path:
+        log.info("Resuming from %s (epoch %d, step %d)", ckpt_path, resumed["epoch"], resumed["global_step"])
+    pl.seed_everything(cfg.seed, workers=True)
+
+    datamodule = build(cfg.data, "data", seed=cfg.seed)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    module = build_module(cfg, datamodule.vocab_size, datamodule.num_classes, datamodule.max_length,
+                          datamodule.pad_id)
+
+    loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
+    wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
+    callbacks = build_callbacks(cfg, output_dir, has_logger=bool(loggers))
+    resume_state = ResumeState()
+    if wandb_logger is not None and rank_zero:
+        resume_state.wandb_run = {"id": wandb_logger.experiment.id, "mode": wandb_logger.experiment.settings.mode}
+    interrupt = InterruptCheckpoint(output_dir / "checkpoints")
+    guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
+    trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=loggers or False, callbacks=[*callbacks, *guards],
+                                default_root_dir=str(output_dir), **validation_for_short_runs(cfg, datamodule))
+    log.info("Training %s on %s: %s parameters, output in %s", cfg.attention.name, cfg.data.name,
+             f"{sum(p.numel() for p in module.parameters()):,}", output_dir)
+    failures = FailureHandler(cfg, output_dir, interrupt)
+    with failures.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
+        ckpt_cb = trainer.checkpoint_callback
+        best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
+        trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
+        test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
+
+    summary: dict[str, Any] = {**fit_metrics, **test_metrics}
+    for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
+        summary.update(getattr(callback, "summary", None) or {})
+    summary["time/total_sec"] = time.perf_counter() - t_start
+    whole_run = {k: v for k, v in summary.items() if k not in fit_metrics and k not in test_metrics}
+    with failures.translating(wandb_logger):
+        log_whole_run(trainer, whole_run)
+    info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
+    if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
+        return summary
+    if wandb_logger is not None:
+        info.update(wandb_summary(wandb_logger, summary))
+    with failures.translating(wandb_logger):
+        write_json(output_dir / "metrics.json", {**summary, **info})
+        if best:
+            link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
+    finish_wandb(wandb_logger)
+    to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
+    print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
+    return summary
+
+
+def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt_path: str | None,
+             replay: dict[str, Any] | None) -> dict[str, Any]:
+    """The non-metric fields of ``metrics.json``: what ran, where, from which checkpoint."""
+    info: dict[str, Any] = {
+        "run_name": cfg.run_name,
+        "attention": cfg.attention.name,
+        "data": cfg.data.name,
+        "seed": int(cfg.seed),
+        "output_dir": str(output_dir),
+        "best_checkpoint": best or None,
+        "world_size": world_size,
+    }
+    if ckpt_path:
+        info["resumed_from"] = ckpt_path
+    if replay is not None:  # which batches a resume replayed (exact: false after a mid-epoch one)
+        info["resume"] = replay
+    return info
+
+
+def wandb_summary(wandb_logger: WandbLogger, summary: dict[str, Any]) -> dict[str, Any]:
+    """Write ``summary`` into the W&B run summary; the run's id, dir, mode and group for ``metrics.json``."""
+    try:
+        run = wandb_logger.experiment
+        run.summary.update(summary)
+        info = dict(wandb_run_id=run.id, wandb_run_dir=str(Path(run.dir).parent), wandb_mode=run.settings.mode)
+        if run.group:
+            info["wandb_group"] = run.group
+        return info
+    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+        warnings.warn(f"W&B summary update failed: {err}", stacklevel=1)
+        return {}
+
+
+def log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
+    """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
+    (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
+    ``time/total_sec``, the post-training ``diag/*``), at the run's last step, so that the loggers hold
+    what ``metrics.json`` holds. Loggers are rank-zero-only: other ranks write nothing."""
+    for logger in trainer.loggers:
+        logger.log_metrics(dict(figures), step=trainer.global_step)
+        logger.save()
+
+
+def to_log_files(message: str, *args: Any) -> None:
+    """An INFO record for the job's log files (``train.log``) only, not the console."""
+    record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+if __name__ == "__main__":  # `python -m attnbench.run.train ...`: how DDP child processes run the job (run/ddp.py)
+    from attnbench.run.cli import main
+
+    main()

@@ -35,6 +35,8 @@ def test_unknown_score_function_lists_the_valid_ones():
     ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
     ("data.batch_size=0", "data.batch_size must be an integer >= 1, got 0"),
     ("model.dropout=1.5", "model.dropout must be in [0, 1), got 1.5"),
+    ("seed=abc", "seed must be an integer, got 'abc'"),  # refused by the schema while composing
+    ("optim.lr=fast", "optim.lr must be a number > 0, got 'fast'"),
 ])
 def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):
     proc = _run(override, "logger=none", f"hydra.run.dir={tmp_path}")

@@ -71,11 +71,9 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("data.eval_batch_size=-1", "data.eval_batch_size must be an integer >= 1, got -1"),
     ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: additive, "
                                 "cosine, dot, euclidean, general, l2, scaled_dot")),
-    ("seed=abc", "seed must be an integer, got 'abc'"),
     ("logger.wandb.mode=onlin", "logger.wandb.mode must be auto, online, offline or disabled, got 'onlin'"),
     ("optim.lr=0", "optim.lr must be a number > 0, got 0"),
     # beyond the issue's list: what a new user tried
-    ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),
     ("trainer.max_steps=0", "trainer.max_steps must be an integer >= 1, or -1 for no limit, got 0 (0 would test an "),
     ("trainer.max_epochs=0", "trainer.max_epochs must be an integer >= 1, or -1 for no limit, got 0"),
     ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file. Use the path printed"),
@@ -86,6 +84,25 @@ def test_bad_values_are_refused_before_any_data_work(override, message):
     with pytest.raises(ConfigError) as err:
         check_config(compose_cfg([override]))
     assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=abc", "seed must be an integer, got 'abc'"),
+    ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),
+    ("optim.lr=fast", "optim.lr must be a number > 0, got 'fast'"),
+    ("optim.betas=[0.9,high]", "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got 'high'"),
+    ("model.pooling=[max]", "model.pooling must be a string, got ['max']"),
+])
+def test_values_of_the_wrong_type_are_refused_while_composing(override, message):
+    """The schema (attnbench.config) refuses a value of the wrong type before any check runs; the message is
+    the range check's own words (the command line prints it: tests/test_cli.py)."""
+    from hydra.errors import ConfigCompositionException
+
+    from attnbench.config import type_error_message
+
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg([override])
+    assert type_error_message(err.value) == message
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -81,8 +81,8 @@ def test_the_schema_is_the_one_source_of_the_optim_defaults():
         cfg = compose("train", overrides=["optim.lr=2e-3"])
     assert OmegaConf.to_container(cfg.optim) == {**OmegaConf.to_container(OmegaConf.structured(OptimConfig)),
                                                  "lr": 2e-3}
-    assert cfg.optimizer.lr == 2e-3 and list(cfg.optimizer.betas) == OptimConfig().betas
-    assert cfg.scheduler.warmup_ratio == OptimConfig().warmup_ratio and cfg.scheduler.schedule == "cosine"
+    assert cfg.module.optimizer.lr == 2e-3 and list(cfg.module.optimizer.betas) == OptimConfig().betas
+    assert cfg.module.scheduler.warmup_ratio == OptimConfig().warmup_ratio and cfg.module.scheduler.schedule == "cosine"
 
 
 def test_module_falls_back_to_the_dataclass_defaults():

@@ -17,7 +17,7 @@ only reject mid-run are range-checked here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -84,9 +84,7 @@ class RunConfig:
     callbacks: Any = None
     logger: Any = None
     optim: OptimConfig = field(default_factory=OptimConfig)
-    module: Any = None  # _target_ configs of the LightningModule and (_partial_) its optimizer and schedule
-    optimizer: Any = None
-    scheduler: Any = None
+    module: Any = None  # _target_ config of the LightningModule, with its _partial_ optimizer and scheduler
     task_name: str = "train"
     seed: int = 0
     tags: list[str] = field(default_factory=list)
@@ -244,8 +242,10 @@ def type_error_message(err: BaseException) -> str | None:
     value = getattr(cause, "value", None)
     if key in RANGES:
         return range_message(key, value)
-    wanted = str(getattr(cause, "msg", "")).split("\n")[0].rsplit(" to ", 1)[-1] or "another type"
-    return f"{key} must be of type {wanted}, got {value!r}"
+    declared = {f.name: str(f.type) for f in fields(cause.object_type)} if is_dataclass(cause.object_type) else {}
+    wanted = declared.get(key.rsplit(".", 1)[-1], "").replace("Optional[", "").rstrip("]")
+    words = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}
+    return f"{key} must be {words.get(wanted, 'of type ' + (wanted or 'another type'))}, got {value!r}"
 
 
 def config_dir() -> Path:

@@ -1,15 +1,21 @@
-"""``checkpoints/interrupted.ckpt`` when a run is interrupted or crashes: Lightning's ``OnExceptionCheckpoint``,
-plus what it lacks (a stop within one step of SIGTERM, which signal it was, no checkpoint that would resume
-wrongly, and the file kept after a later successful run)."""
+"""``checkpoints/interrupted.ckpt`` when a run is interrupted or crashes: the job of Lightning's
+``OnExceptionCheckpoint``, plus what it lacks (a stop within one step of SIGTERM, which signal it was, no
+checkpoint that would resume wrongly, the file kept when the run ends).
+
+Why not a subclass of ``OnExceptionCheckpoint``: Lightning 2.6 treats the mere presence of one among the
+trainer's callbacks as "``fit(ckpt_path=None)`` means resume from the newest checkpoint"
+(``_CheckpointConnector._parse_ckpt_path``): every fresh run then warned twice (``.fit(ckpt_path=None)`` was
+called without a model; no last checkpoint available), and a fresh run in a dir holding ``interrupted.ckpt``
+would resume from it unasked. A plain callback with the same ``on_exception`` keeps ``ckpt_path`` meaning what
+the user wrote.
+"""
 
 from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import OnExceptionCheckpoint
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -18,25 +24,25 @@ from attnbench.errors import NonFiniteLossError, write_error
 INTERRUPTED_CKPT = "interrupted.ckpt"
 
 
-class InterruptCheckpoint(OnExceptionCheckpoint):
+class InterruptCheckpoint(pl.Callback):
     """Saves ``<dirpath>/interrupted.ckpt`` when training stops on an exception (Ctrl-C, SIGTERM, a crash).
 
-    Unlike ``OnExceptionCheckpoint`` it
+    Like ``OnExceptionCheckpoint`` (see the module docstring for why it is not one), and in addition it
 
     - stops within one step of a SIGTERM (Lightning's handler only sets a flag its loop checks at epoch ends);
     - records :attr:`signal_name` (``"Ctrl-C (SIGINT)"`` or ``"SIGTERM"``) and :attr:`checkpoint` (the file
       written, or ``None`` with the reason in :attr:`checkpoint_error`);
     - writes nothing while testing (the trained checkpoints exist), after a NaN loss (the last good checkpoint
       is the one to keep), after a failed write (another would fail the same way), or inside validation (a
-      checkpoint taken there marks the epoch's validation as done: resuming from it would skip it);
-    - keeps the file at teardown (it is the resume point the interrupt message names).
+      checkpoint taken there marks the epoch's validation as done: resuming from it would skip it).
 
     Args:
         dirpath: the run's ``checkpoints/`` folder.
     """
 
-    def __init__(self, dirpath: str | Path, filename: str = Path(INTERRUPTED_CKPT).stem) -> None:
-        super().__init__(str(dirpath), filename)
+    def __init__(self, dirpath: str | Path) -> None:
+        super().__init__()
+        self.ckpt_path = Path(dirpath) / INTERRUPTED_CKPT
         self.checkpoint: Path | None = None
         self.checkpoint_error: str | None = None
         self.signal_name: str | None = None
@@ -62,10 +68,7 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
             self.checkpoint_error = "interrupted during validation, whose checkpoint would skip it on resume"
             return
         try:
-            super().on_exception(trainer, pl_module, exception)
-            self.checkpoint = Path(self.ckpt_path)
+            trainer.save_checkpoint(self.ckpt_path)
+            self.checkpoint = self.ckpt_path
         except Exception as err:  # noqa: BLE001 - report it in the message instead
             self.checkpoint_error = f"{type(err).__name__}: {err}"
-
-    def teardown(self, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> None:
-        """Keep the file (``OnExceptionCheckpoint`` deletes it when a run ends)."""

@@ -59,7 +59,7 @@ def _without_anonymous(logger: Any) -> Any:
 def make_wandb_logger(
     save_dir: Path,
     name: str,
-    config: dict[str, Any],
+    run_config: dict[str, Any],
     project: str = "attnbench",
     entity: str | None = None,
     group: str | None = None,
@@ -74,7 +74,7 @@ def make_wandb_logger(
     Args:
         save_dir: the job's output dir; runs go to ``save_dir/wandb/``.
         name: run name (``<attention>-<data>-s<seed>``).
-        config: the resolved Hydra config, stored as the run config.
+        run_config: the resolved Hydra config, stored as the W&B run config.
         mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (see :func:`resolve_wandb_mode`).
         init_timeout: seconds to wait for an online start before falling back.
         start: start the run now (rank 0). ``False`` on the other processes of a
@@ -117,7 +117,7 @@ def make_wandb_logger(
             if attempt == "online" and resume.get("mode") == "online":
                 resume_kwargs = {"id": resume["id"], "resume": "allow"}
             else:
-                config = {**config, "resumed_from": resume["id"]}
+                run_config = {**run_config, "resumed_from": resume["id"]}
         try:
             wb = _without_anonymous(WandbLogger(
                 project=project,
@@ -127,7 +127,7 @@ def make_wandb_logger(
                 tags=list(tags or []),
                 save_dir=str(save_dir),
                 mode=attempt,
-                config=config,
+                config=run_config,
                 settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True),
                 **resume_kwargs,
             ))

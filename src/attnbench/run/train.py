@@ -69,7 +69,7 @@ def build(node: DictConfig, what: str, **kwargs: Any) -> Any:
 def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
     """A ``_target_`` config (a logger or callback) instantiated with the run's context arguments it names.
 
-    ``context`` holds what only the run knows (``save_dir``/``dirpath``: the output dir, ``name``, ``config``,
+    ``context`` holds what only the run knows (``save_dir``/``dirpath``: the output dir, ``name``, ``run_config``,
     ``group``, ``start``, ``resume``); each is passed when the target's signature has a parameter of that name
     and the config leaves it unset (absent or null). Any Lightning logger or callback, or one of the user's,
     gets them the same way.
@@ -115,7 +115,8 @@ def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any
 def build_module(cfg: DictConfig, vocab_size: int, num_classes: int, max_length: int, pad_id: int) -> Any:
     """The LightningModule of ``cfg.module`` with the data's sizes and the ``_partial_`` optimizer and scheduler."""
     return instantiate(cfg.module, vocab_size=vocab_size, num_classes=num_classes, max_length=max_length,
-                       pad_id=pad_id, optimizer=instantiate(cfg.optimizer), scheduler=instantiate(cfg.scheduler))
+                       pad_id=pad_id, optimizer=instantiate(cfg.module.optimizer),
+                       scheduler=instantiate(cfg.module.scheduler))
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -143,7 +144,7 @@ def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: d
     for name, node in (cfg.logger or {}).items():  # the run config shows the group the run really joined
         if node is not None and "group" in node and node.group is None:
             config["logger"][name]["group"] = multirun_group(cfg)
-    context = dict(save_dir=output_dir, name=cfg.run_name, config=config, group=multirun_group(cfg),
+    context = dict(save_dir=output_dir, name=cfg.run_name, run_config=config, group=multirun_group(cfg),
                    start=rank_zero, resume=resumed.get("wandb_run"))
     loggers = [build_with_context(node, "logger", **context) for node in (cfg.logger or {}).values() if node]
     return [logger for logger in loggers if logger is not None]

@@ -7,10 +7,16 @@ everything else; this mapping is the one thing its ``[tool.setuptools]`` table c
 one mapped from outside ``src/``).
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
+# conf/ and its group folders (conf/attention, conf/hydra/help, ...) as attnbench.conf, attnbench.conf.attention, ...
+CONF = ["attnbench.conf", *("attnbench.conf." + ".".join(d.relative_to("conf").parts)
+                            for d in sorted(Path("conf").rglob("*")) if d.is_dir() and d.name != "__pycache__")]
+
 setup(
-    packages=[*find_packages("src"), "attnbench.conf"],
-    package_dir={"": "src", "attnbench.conf": "conf"},
-    package_data={"attnbench.conf": ["*.yaml", "**/*.yaml"]},
+    packages=[*find_packages("src"), *CONF],
+    package_dir={"": "src", **{name: name.replace("attnbench.", "", 1).replace(".", "/") for name in CONF}},
+    package_data={name: ["*.yaml"] for name in CONF},
 )

@@ -1,0 +1,53 @@
+"""The configs reach every install: the wheel carries conf/ as attnbench.conf, and an installed (non-editable)
+attnbench finds them there, from any directory (issue 11)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO_ROOT), "-w", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = out.glob("attnbench-*.whl")
+    return path
+
+
+def test_the_wheel_carries_every_config_file(wheel):
+    shipped = {n.removeprefix("attnbench/conf/") for n in zipfile.ZipFile(wheel).namelist()
+               if n.startswith("attnbench/conf/") and n.endswith(".yaml")}
+    in_repo = {str(p.relative_to(REPO_ROOT / "conf")) for p in (REPO_ROOT / "conf").rglob("*.yaml")}
+    assert "train.yaml" in in_repo and "attention/scaled_dot.yaml" in in_repo
+    assert shipped == in_repo
+
+
+def test_an_installed_attnbench_finds_its_configs_from_any_directory(wheel, tmp_path):
+    """Installed with pip (not editable) into a folder of its own and run from an unrelated directory: the configs
+    come from the installed package, and the command line composes train.yaml from there."""
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site)}  # not the checkout's src/
+    script = ("import sys; from attnbench.config import config_dir; print(config_dir()); "
+              "sys.argv = ['attnbench-train', 'attention=dot', 'optim.lr=0.002', '--cfg', 'job']; "
+              "from attnbench.run.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=elsewhere,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert Path(lines[0]) == site / "attnbench" / "conf"
+    assert "  name: dot" in lines and "  lr: 0.002" in lines  # composed: the group choice and the schema's optim

@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.callbacks.progress import ProgressBar
@@ -72,11 +72,12 @@ def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
     ``context`` holds what only the run knows (``save_dir``/``dirpath``: the output dir, ``name``, ``run_config``,
     ``group``, ``start``, ``resume``); each is passed when the target's signature has a parameter of that name
     and the config leaves it unset (absent or null). Any Lightning logger or callback, or one of the user's,
-    gets them the same way.
+    gets them the same way. The target is called with them outside Hydra (``_partial_``), so a value such as
+    the run config (which holds ``_target_`` keys) is passed as it is, never instantiated.
     """
-    params = inspect.signature(get_object(node._target_)).parameters
-    extra = {k: v for k, v in context.items() if k in params and node.get(k) is None}
-    return build(node, what, **extra)
+    factory = build(node, what, _partial_=True)  # the config's arguments; the context's are not config
+    params = inspect.signature(factory.func).parameters
+    return factory(**{k: v for k, v in context.items() if k in params and factory.keywords.get(k) is None})
 
 
 def multirun_group(cfg: DictConfig) -> str | None:

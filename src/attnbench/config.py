@@ -252,13 +252,12 @@ def config_dir() -> Path:
     """The folder of ``train.yaml`` and its groups: the installed package ``attnbench.conf`` (the wheel carries
     the repository's top-level ``conf/`` under that name, and an editable install maps the name to it; see
     ``setup.py``), else, in a source checkout run with ``PYTHONPATH=src``, the checkout's ``conf/``."""
-    from importlib.resources import files
     from importlib.util import find_spec
 
-    if find_spec("attnbench.conf") is not None:
-        installed = files("attnbench.conf")
-        if installed.joinpath("train.yaml").is_file():
-            return Path(str(installed))
+    spec = find_spec("attnbench.conf")  # a folder of YAML files: a namespace package, found where it is installed
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / "train.yaml").is_file():
+            return Path(location)
     return Path(__file__).resolve().parents[2] / "conf"  # src/attnbench/config.py -> <checkout>/conf
 
 

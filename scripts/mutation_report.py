@@ -37,7 +37,7 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 # (group, target, predicate on the mutant name)
 _CALLBACK_ARITHMETIC = re.compile(
-    r"^attnbench\.callbacks\.(xǁRunStatsǁ|x_attention_statistics__|x_batch_size__|x_num_tokens__)"
+    r"^attnbench\.callbacks\.(run_stats\.(xǁRunStatsǁ|x_batch_size__|x_num_tokens__)|diagnostics\.x_attention_statistics__)"
 )
 GROUPS = [
     ("score functions and fast paths (attention/)", 0.90, lambda n: n.startswith("attnbench.attention.")),

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import attnbench.config  # noqa: F401 - registers the run schema that conf/train.yaml names (train_schema)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,9 @@ defaults, types and allowed ranges of the run's own keys. No torch import: a bad
 data module) stay untyped here (``Any``); ``trainer.*``, ``callbacks.*`` and ``logger.*`` are ``_target_``
 configs (Lightning's ``Trainer`` and callbacks, :mod:`attnbench.run.loggers`), whose knobs that Lightning would
 only reject mid-run are range-checked here.
+
+Importing this module registers the schema: the command line does; code that composes ``conf/train.yaml``
+with Hydra's compose API imports it first (``import attnbench.config``), as ``tests/conftest.py`` does.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ class TextClassifierModule(pl.LightningModule):
     Args:
         vocab_size, num_classes, max_length, pad_id: from the data module.
         model: keyword arguments of ``TransformerClassifier`` (``conf/model``).
-        attention: ``{name: <score function>, **options}`` (``conf/attention``).
+        attention: the score function's config (``conf/attention/<name>.yaml``:
+            ``_target_``, ``name``, options), see :func:`attnbench.attention.build_score_function`.
         optim: ``lr``, ``weight_decay``, ``betas``, ``eps``, ``warmup_ratio``
             (fraction of all optimizer steps), ``schedule``, ``min_lr_ratio``;
             missing keys take the defaults of :class:`attnbench.optim.OptimSettings`.
@@ -72,14 +73,11 @@ class TextClassifierModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)  # the run config is the resolved Hydra config
-        attention = dict(attention)
-        score = attention.pop("name")
         self.model = TransformerClassifier(
             vocab_size=vocab_size,
             num_classes=num_classes,
             max_length=max_length,
-            score=score,
-            score_options=attention,
+            score=dict(attention),  # the whole config: attnbench.attention.build_score_function reads it
             pad_id=pad_id,
             **model,
         )

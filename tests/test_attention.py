@@ -31,8 +31,11 @@ NAMES = sorted(BUILTIN)
 SHAPES = [(2, 3, 5, 7, 8), (3, 2, 1, 4, 5), (2, 1, 6, 1, 3), (1, 4, 9, 9, 16)]
 
 
+PUBLISHED = {"additive", "cosine", "dot", "euclidean", "general", "l2", "scaled_dot"}
+
+
 def test_the_seven_published_score_functions_are_discovered():
-    assert {"additive", "cosine", "dot", "euclidean", "general", "l2", "scaled_dot"} <= set(NAMES)
+    assert PUBLISHED <= set(NAMES)
 
 
 def test_registry_and_conf_attention_agree():
@@ -48,8 +51,9 @@ def test_registry_and_conf_attention_agree():
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(ConfigError, match=r"unknown score function 'bilinear'; choose one of: additive, cosine, dot.*"
-                                          r"\(attention=<name>\)"):
+    valid = ", ".join(available())
+    with pytest.raises(ConfigError, match=re.escape(f"unknown score function 'bilinear'; choose one of: {valid} "
+                                                    "(attention=<name>)")):
         build_score_function("bilinear", n_heads=2, head_dim=4)
 
 
@@ -201,8 +205,9 @@ def test_every_owned_parameter_gets_a_gradient(name):
     mask[-1] = False
     fn.attend(q, k, v, mask).square().sum().backward()
     owned = dict(fn.named_parameters())
-    assert set(owned) == {"additive": {"w_query", "w_key", "v"}, "general": {"weight"},
-                          "cosine": {"log_temperature"}}.get(name, set())
+    if name in PUBLISHED:  # the documented parameters of the seven shipped ones; any other: whatever it owns
+        assert set(owned) == {"additive": {"w_query", "w_key", "v"}, "general": {"weight"},
+                              "cosine": {"log_temperature"}}.get(name, set())
     for pname, p in [("query", q), ("key", k), ("value", v), *owned.items()]:
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
 

@@ -48,12 +48,26 @@ from torch.utils.checkpoint import checkpoint
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def float32_when_low_precision(method: Callable) -> Callable:
-    """Wrap a score function's ``scores`` or ``attend``: 16-bit work is done in float32.
+def float32_when_low_precision(method: Callable) -> Callable:  # pragma: no mutate block
+    """Wrap a score function's ``scores`` or ``attend``: 16-bit work is done in float32 (:func:`call_in_float32`).
 
     Applied by :class:`ScoreFunction` to the own ``scores``/``attend`` of a
-    subclass that lists them in ``float32_methods`` (not written as a
-    decorator: mutation testing, mutmut 3, skips decorated methods).
+    subclass that lists them in ``float32_methods``. Not written as a
+    decorator, and the work is done by :func:`call_in_float32` at call time:
+    mutation testing (mutmut 3) skips decorated methods and cannot reach code
+    that runs only at class creation.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
+        return call_in_float32(method, self, query, key, *args, **kwargs)
+
+    wrapper.computes_in_float32 = True  # type: ignore[attr-defined]  # ScoreFunction wraps a method once
+    return wrapper
+
+
+def call_in_float32(method: Callable, score_fn: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
+    """``method(score_fn, query, key, *args, **kwargs)``, on float32 copies when any input is 16-bit.
 
     When any tensor argument is float16/bfloat16, or autocast is enabled on its
     device, the method runs on float32 copies of the tensors with autocast
@@ -63,24 +77,19 @@ def float32_when_low_precision(method: Callable) -> Callable:
     read inside the method must be cast with ``.to(query.dtype)`` (a no-op in
     float32). Float32 and float64 calls go straight through.
     """
+    value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
+    value = value if isinstance(value, Tensor) else None
+    low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
+        value is not None and value.dtype in LOW_PRECISION)
+    if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
+        return method(score_fn, query, key, *args, **kwargs)
 
-    @functools.wraps(method)
-    def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
-        value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
-        value = value if isinstance(value, Tensor) else None
-        low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
-            value is not None and value.dtype in LOW_PRECISION)
-        if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
-            return method(self, query, key, *args, **kwargs)
-        def up(a):
-            return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
+    def up(a):
+        return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
 
-        with torch.autocast(query.device.type, enabled=False):
-            out = method(self, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
-        return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
-
-    wrapper.computes_in_float32 = True  # type: ignore[attr-defined]  # ScoreFunction wraps a method once
-    return wrapper
+    with torch.autocast(query.device.type, enabled=False):
+        out = method(score_fn, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
+    return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
 
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20  # 64 MiB: memory budget of one query block when a score function sets none
@@ -127,7 +136,7 @@ class ScoreFunction(nn.Module):
     chunk_size: int | None = None  # queries per block; None = as many as fit the byte budget
     chunk_bytes: int | None = None  # byte budget of one block; None = the caller's (or DEFAULT_BLOCK_BYTES)
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs) -> None:  # pragma: no mutate block  (runs at class creation)
         """Wrap the subclass's own ``scores``/``attend`` for low precision if asked, and register its ``name``.
 
         Raises:

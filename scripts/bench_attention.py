@@ -88,7 +88,7 @@ from torch import Tensor, nn
 from torch.utils import benchmark, flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbench.attention import AdditiveScore, ScoreFunction, available, build_score_function
+from attnbench.attention import ScoreFunction, available, build_score_function
 from attnbench.run.wandb_mode import resolve_wandb_mode
 
 BASELINE_SCORE = "sdpa_scaled_dot"
@@ -347,18 +347,23 @@ def estimate_memory_bytes(
     Rough, and meant to be on the safe side for the definitions: any path is assumed to hold a few
     B·H·n·n score-sized tensors (scores, softmax weights and, with backward,
     their gradients: 2 forward-only, 4 with backward) plus B·H·n·d inputs,
-    outputs and gradients. The definition of ``additive`` (its naive path, and
-    its fast path as long as it does not override ``attend``) also holds the
-    B·H·n·n·d_a hidden tensor: twice forward-only (pre-activation and tanh),
-    about three times with backward (saved tensors and gradients).
+    outputs and gradients. The definition (the naive path, and the fast path
+    of a score function that does not override ``attend``) of a score function
+    whose query rows materialise more than their scores
+    (:meth:`~attnbench.attention.base.ScoreFunction.bytes_per_query`, e.g.
+    ``additive``'s B·H·n·n·d_a hidden tensor) also holds that tensor: twice
+    forward-only (pre-activation and activation), about three times with
+    backward (saved tensors and gradients).
     """
     backward = mode == "fwd_bwd"
     vectors = batch * heads * n * d * element_size * (5 if backward else 2)
     score_matrix = batch * heads * n * n * element_size
     need = vectors + score_matrix * (4 if backward else 2)
     uses_definition = fn is not None and (path == "naive" or not overrides_attend(fn))
-    if uses_definition and isinstance(fn, AdditiveScore):
-        need += score_matrix * fn.hidden_dim * (3 if backward else 2)
+    if uses_definition:
+        per_query = fn.bytes_per_query(batch, n, element_size)  # what one query row materialises
+        if per_query > batch * heads * n * element_size:  # more than its row of scores
+            need += per_query * n * (3 if backward else 2)
     return int(need)
 
 

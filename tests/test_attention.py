@@ -1,26 +1,124 @@
-"""Every score function against the plain float64 reference in attnbench.attention.reference."""
+"""Every discovered score function against its own float64 reference formula, and the extension point."""
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from attnbench.attention import MultiHeadAttention, ScoreFunction, available, build_score_function, masked_softmax
+from attnbench.attention import (
+    MultiHeadAttention,
+    ScoreFunction,
+    available,
+    build_score_function,
+    masked_softmax,
+    score_classes,
+)
 from attnbench.attention.base import blocked_attend
 from attnbench.attention.reference import reference_attention, reference_scores
+from attnbench.errors import ConfigError
 
-NAMES = available()
+from .conftest import REPO_ROOT
+
+CONF_ATTENTION = REPO_ROOT / "conf" / "attention"
+# every score function the package ships (discovered: every module of attnbench.attention), none hard-coded
+BUILTIN = {n: c for n, c in score_classes().items() if c.__module__.startswith("attnbench.attention.")}
+NAMES = sorted(BUILTIN)
 # (B, H, Lq, Lk, d): Lq != Lk, length-1 queries and keys, odd head sizes
 SHAPES = [(2, 3, 5, 7, 8), (3, 2, 1, 4, 5), (2, 1, 6, 1, 3), (1, 4, 9, 9, 16)]
 
 
-def test_registry_lists_all_seven():
-    assert NAMES == ["additive", "cosine", "dot", "euclidean", "general", "l2", "scaled_dot"]
+PUBLISHED = {"additive", "cosine", "dot", "euclidean", "general", "l2", "scaled_dot"}
+
+
+def test_the_seven_published_score_functions_are_discovered():
+    assert PUBLISHED <= set(NAMES)
+
+
+def test_registry_and_conf_attention_agree():
+    """Each discovered class has conf/attention/<name>.yaml whose _target_ names it, and each YAML a class."""
+    yamls = {p.stem: OmegaConf.load(p) for p in sorted(CONF_ATTENTION.glob("*.yaml"))}
+    assert sorted(yamls) == NAMES
+    for name, cfg in yamls.items():
+        assert cfg.name == name
+        cls = BUILTIN[name]
+        assert cfg._target_ == f"{cls.__module__}.{cls.__qualname__}"
+        fn = build_score_function(cfg, n_heads=2, head_dim=4)  # the YAML's options are the constructor's
+        assert type(fn) is cls and fn.name == name
 
 
 def test_unknown_name_lists_valid_ones():
-    with pytest.raises(KeyError, match="choose one of: additive, cosine, dot"):
+    valid = ", ".join(available())
+    with pytest.raises(ConfigError, match=re.escape(f"unknown score function 'bilinear'; choose one of: {valid} "
+                                                    "(attention=<name>)")):
         build_score_function("bilinear", n_heads=2, head_dim=4)
+
+
+def test_name_that_is_not_the_target_class_is_refused():
+    spec = {"_target_": "attnbench.attention.scaled_dot.ScaledDotScore", "name": "dot"}
+    with pytest.raises(ConfigError, match=r"attention.name='dot' is not the score function of attention._target_="
+                                          r"attnbench.attention.scaled_dot.ScaledDotScore \('scaled_dot'\)"):
+        build_score_function(spec, n_heads=2, head_dim=4)
+    spec["name"] = "bilinear"  # not registered at all: the list of valid names
+    with pytest.raises(ConfigError, match="unknown score function 'bilinear'; choose one of: additive"):
+        build_score_function(spec, n_heads=2, head_dim=4)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("nosuchpkg.scores.MyScore", "attention._target_=nosuchpkg.scores.MyScore: no module named 'nosuchpkg'"),
+    ("attnbench.attention.dot.NoSuch", "module 'attnbench.attention.dot' has no attribute 'NoSuch'"),
+    ("attnbench.attention.base.masked_softmax", "is not a subclass of attnbench.attention.ScoreFunction"),
+    ("DotScore", "expected <module>.<Class>"),
+])
+def test_bad_target_names_the_key(target, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_score_function({"_target_": target}, n_heads=2, head_dim=4)
+
+
+def test_unknown_option_names_the_key_and_the_closest_one():
+    with pytest.raises(ConfigError, match=re.escape(
+            "attention=additive: unknown option attention.hiden_dim; did you mean attention.hidden_dim? "
+            "AdditiveScore takes: hidden_dim, chunk_size, chunk_bytes, compile")):
+        build_score_function(OmegaConf.load(CONF_ATTENTION / "additive.yaml"), n_heads=2, head_dim=4, hiden_dim=3)
+    with pytest.raises(ConfigError, match=re.escape("attention=dot: unknown option attention.eps; DotScore takes: "
+                                                    "no options")):
+        build_score_function("dot", n_heads=2, head_dim=4, eps=1.0)
+
+
+class _NeedsOption(ScoreFunction):  # nameless: not registered
+    def __init__(self, n_heads, head_dim, width):
+        super().__init__(n_heads, head_dim)
+        self.width = width
+
+
+class _BuggyConstructor(ScoreFunction):
+    def __init__(self, n_heads, head_dim, scale=1.0):
+        super().__init__(n_heads, head_dim)
+        self.scale = scale + "1"  # a bug inside the constructor: TypeError (float + str)
+
+
+def test_missing_required_option_names_the_key():
+    with pytest.raises(ConfigError, match=re.escape("attention=mine: missing option(s) attention.width")):
+        build_score_function({"_target_": f"{__name__}._NeedsOption", "name": "mine"}, n_heads=1, head_dim=2)
+    fn = build_score_function({"_target_": f"{__name__}._NeedsOption", "name": "mine", "width": 3}, 1, 2)
+    assert fn.width == 3 and fn.name == "mine"  # a nameless class carries its YAML's name
+
+
+def test_constructor_type_error_surfaces_with_its_own_traceback():
+    with pytest.raises(TypeError, match=r"unsupported operand type\(s\) for \+: 'float' and 'str'") as err:
+        build_score_function({"_target_": f"{__name__}._BuggyConstructor", "name": "buggy"}, n_heads=1, head_dim=2)
+    assert not isinstance(err.value, ConfigError) and err.value.__cause__ is None and not err.value.__suppress_context__
+    # the innermost frame of the traceback is the constructor's own line
+    assert err.traceback[-1].name == "__init__" and "scale +" in str(err.traceback[-1].statement)
+
+
+def test_a_second_class_under_a_taken_name_is_refused():
+    with pytest.raises(ValueError, match="score function 'dot' is already registered to attnbench.attention.dot.DotScore"):
+        type("OtherDot", (ScoreFunction,), {"name": "dot", "scores": lambda self, q, k: q @ k.transpose(-2, -1)})
+    assert available() == sorted(score_classes()) and score_classes()["dot"] is BUILTIN["dot"]
 
 
 def _inputs(b, h, lq, lk, d, dtype, seed=0, requires_grad=False):
@@ -107,8 +205,9 @@ def test_every_owned_parameter_gets_a_gradient(name):
     mask[-1] = False
     fn.attend(q, k, v, mask).square().sum().backward()
     owned = dict(fn.named_parameters())
-    assert set(owned) == {"additive": {"w_query", "w_key", "v"}, "general": {"weight"},
-                          "cosine": {"log_temperature"}}.get(name, set())
+    if name in PUBLISHED:  # the documented parameters of the seven shipped ones; any other: whatever it owns
+        assert set(owned) == {"additive": {"w_query", "w_key", "v"}, "general": {"weight"},
+                              "cosine": {"log_temperature"}}.get(name, set())
     for pname, p in [("query", q), ("key", k), ("value", v), *owned.items()]:
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, pname
 
@@ -165,9 +264,17 @@ def test_multihead_rejects_indivisible_d_model():
         MultiHeadAttention(d_model=16, n_heads=3, score="dot")
 
 
+# the score functions with a blocked fast path (a chunk_size option), discovered
+BLOCKED = [n for n in NAMES if "chunk_size" in inspect.signature(BUILTIN[n]).parameters]
+
+
+def test_blocked_score_functions_are_found():
+    assert {"additive", "l2"} <= set(BLOCKED)
+
+
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 64])
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("name", ["additive", "l2"])
+@pytest.mark.parametrize("name", BLOCKED)
 def test_blocked_fast_path_matches_reference(name, shape, chunk_size):
     """Query blocks with recomputation in the backward: outputs and all gradients stay exact."""
     fn = _score_fn(name, shape[1], shape[4], torch.float64)

@@ -20,6 +20,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from attnbench.attention import available
 from attnbench.errors import ConfigError
 from attnbench.run.hydra_callbacks import FreshOutputDir, claim_dir
 from attnbench.errors import RunInterrupted
@@ -69,8 +70,8 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("model.pooling=avg", "invalid config: model.pooling must be 'mean', 'max' or 'cls', got 'avg'"),
     ("data.max_length=0", "data.max_length must be an integer >= 1, got 0"),
     ("data.eval_batch_size=-1", "data.eval_batch_size must be an integer >= 1, got -1"),
-    ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: additive, "
-                                "cosine, dot, euclidean, general, l2, scaled_dot")),
+    ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: "
+                                 f"{', '.join(available())}")),  # every discovered one
     ("logger.wandb.mode=onlin", "logger.wandb.mode must be auto, online, offline or disabled, got 'onlin'"),
     ("optim.lr=0", "optim.lr must be a number > 0, got 0"),
     # beyond the list: what a new user tried

@@ -523,3 +523,18 @@ def test_multihead_eval_output_is_the_dropout_free_definition():
     want = torch.softmax(q @ k.transpose(-2, -1) / 2.0, -1) @ v  # √4 = 2
     want = mha.out_proj(want.transpose(1, 2).reshape(2, 5, 12))
     torch.testing.assert_close(mha(x), want, rtol=0, atol=1e-12)
+
+
+def test_cosine_16bit_on_cpu_is_the_float32_computation_rounded_once():
+    """On CPU, cosine's unit vectors stay float32 into sdpa_attend (which computes in float32 there): 16-bit
+    inputs give exactly the float32 result on the same rounded values, cast once to 16 bits. Casting the unit
+    vectors to 16 bits first (the CUDA branch) rounds the logits τ·q̂·k̂ (τ = √32 ≈ 5.7) by ~2^-8 relative and
+    changes outputs by more than one bfloat16 step."""
+    torch.manual_seed(0)
+    fn = build_score_function("cosine", n_heads=2, head_dim=32)
+    q, k, v = (torch.randn(2, 2, 6, 32).to(torch.bfloat16) for _ in range(3))
+    mask = torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+    got = fn.attend(q, k, v, mask)
+    want = fn.attend(q.float(), k.float(), v.float(), mask).to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)

@@ -9,14 +9,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import (
-    ScoreFunction,
-    blocked_attend,
-    float32_when_low_precision,
-    query_block_size,
-    validated_chunking,
-)
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, blocked_attend, float32_when_low_precision, validated_chunking
 
 
 def additive_pair_scores(q_proj: Tensor, k_proj: Tensor, v: Tensor) -> Tensor:
@@ -39,7 +32,6 @@ def _compiled() -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     return torch.compile(additive_pair_scores, dynamic=True)
 
 
-@register("additive")
 class AdditiveScore(ScoreFunction):
     """``score(q, k) = vᵀ tanh(W_q q + W_k k)``: a one-hidden-layer MLP per pair.
 
@@ -84,6 +76,8 @@ class AdditiveScore(ScoreFunction):
     softmax's resolution.
     """
 
+    name = "additive"
+
     def __init__(
         self,
         n_heads: int,
@@ -114,10 +108,15 @@ class AdditiveScore(ScoreFunction):
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return self._pair_scores(query @ self.w_query, key @ self.w_key)
 
-    def block_size(self, batch: int, n_queries: int, n_keys: int, element_size: int) -> int:
-        """Queries per block: ``chunk_size``, or the most that fit ``chunk_bytes``."""
-        per_query = batch * self.n_heads * n_keys * self.hidden_dim * element_size
-        return query_block_size(self.chunk_size, self.chunk_bytes, n_queries, per_query)
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """Σ_a v_a tanh((W_q q)_a + (W_k k)_a) for every pair, float64 (Bahdanau et al. 2015, A.1.2)."""
+        hq = torch.einsum("bhqd,hda->bhqa", query, self.w_query.double()).unsqueeze(-2)
+        hk = torch.einsum("bhkd,hda->bhka", key, self.w_key.double()).unsqueeze(-3)
+        return (torch.tanh(hq + hk) * self.v.double()[None, :, None, None, :]).sum(-1)
+
+    def bytes_per_query(self, batch: int, n_keys: int, element_size: int) -> int:
+        """One query row of the hidden tensor: B×H×1×Lk×d_a elements."""
+        return batch * self.n_heads * n_keys * self.hidden_dim * element_size
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         # CPU: 16-bit inputs (or autocast) are computed in float32; on CUDA the 16-bit fast path is kept

@@ -18,8 +18,9 @@ zero output row, never NaN.
 
 Low precision: a score function whose logits pass through a 16-bit
 intermediate that carries their magnitude (‖k‖² of ``euclidean``, qW of
-``general``, the distances of ``l2``) computes in float32 when its inputs are
-float16/bfloat16 or autocast is on (:func:`float32_when_low_precision`): a
+``general``, the distances of ``l2``) lists ``scores``/``attend`` in
+``float32_methods`` and computes in float32 when its inputs are float16/bfloat16 or autocast is on
+(:func:`float32_when_low_precision`): a
 float16 ‖k‖² overflows above 65504, and a bfloat16 logit of magnitude 256 has
 a resolution of 2, far coarser than the softmax needs. ``cosine`` normalises
 and applies τ in float32. The rest depends on the device: on CPU,
@@ -47,8 +48,26 @@ from torch.utils.checkpoint import checkpoint
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-def float32_when_low_precision(method: Callable) -> Callable:
-    """Decorate a score function's ``scores`` or ``attend``: 16-bit work is done in float32.
+def float32_when_low_precision(method: Callable) -> Callable:  # pragma: no mutate block
+    """Wrap a score function's ``scores`` or ``attend``: 16-bit work is done in float32 (:func:`call_in_float32`).
+
+    Applied by :class:`ScoreFunction` to the own ``scores``/``attend`` of a
+    subclass that lists them in ``float32_methods``. Not written as a
+    decorator, and the work is done by :func:`call_in_float32` at call time:
+    mutation testing (mutmut 3) skips decorated methods and cannot reach code
+    that runs only at class creation.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
+        return call_in_float32(method, self, query, key, *args, **kwargs)
+
+    wrapper.computes_in_float32 = True  # type: ignore[attr-defined]  # ScoreFunction wraps a method once
+    return wrapper
+
+
+def call_in_float32(method: Callable, score_fn: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
+    """``method(score_fn, query, key, *args, **kwargs)``, on float32 copies when any input is 16-bit.
 
     When any tensor argument is float16/bfloat16, or autocast is enabled on its
     device, the method runs on float32 copies of the tensors with autocast
@@ -58,23 +77,26 @@ def float32_when_low_precision(method: Callable) -> Callable:
     read inside the method must be cast with ``.to(query.dtype)`` (a no-op in
     float32). Float32 and float64 calls go straight through.
     """
+    value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
+    value = value if isinstance(value, Tensor) else None
+    low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
+        value is not None and value.dtype in LOW_PRECISION)
+    if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
+        return method(score_fn, query, key, *args, **kwargs)
 
-    @functools.wraps(method)
-    def wrapper(self: ScoreFunction, query: Tensor, key: Tensor, *args, **kwargs):
-        value = args[0] if args else kwargs.get("value")  # attend's value; scores has none
-        value = value if isinstance(value, Tensor) else None
-        low = query.dtype in LOW_PRECISION or key.dtype in LOW_PRECISION or (
-            value is not None and value.dtype in LOW_PRECISION)
-        if not low and not torch.is_autocast_enabled(query.device.type):  # float32/float64: straight through
-            return method(self, query, key, *args, **kwargs)
-        def up(a):
-            return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
+    def up(a):
+        return a.float() if isinstance(a, Tensor) and a.dtype in LOW_PRECISION else a
 
-        with torch.autocast(query.device.type, enabled=False):
-            out = method(self, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
-        return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
+    with torch.autocast(query.device.type, enabled=False):
+        out = method(score_fn, up(query), up(key), *map(up, args), **{k: up(a) for k, a in kwargs.items()})
+    return out.to(value.dtype) if value is not None and value.dtype in LOW_PRECISION else out
 
-    return wrapper
+
+DEFAULT_BLOCK_BYTES = 64 * 2**20  # 64 MiB: memory budget of one query block when a score function sets none
+
+# name -> class of every ScoreFunction subclass that sets ``name`` (filled by ScoreFunction.__init_subclass__;
+# read through attnbench.attention.registry)
+_REGISTRY: dict[str, type["ScoreFunction"]] = {}
 
 
 class ScoreFunction(nn.Module):
@@ -84,11 +106,58 @@ class ScoreFunction(nn.Module):
         n_heads: number of heads H; parameters a score function owns are per head.
         head_dim: size d of each head's query and key vectors.
 
-    Subclasses set the class attribute ``name`` (the registry key and the
-    ``attention=<name>`` config choice) and implement :meth:`scores`.
+    The contract a subclass fills in (one module plus one ``conf/attention/<name>.yaml``
+    whose ``_target_`` names the class; nothing else is edited):
+
+    - ``name`` (class attribute): the ``attention=<name>`` choice. Setting it
+      registers the class (:meth:`__init_subclass__`); a class outside this
+      package is registered when its module is imported, i.e. when a YAML's
+      ``_target_`` names it. A second class under a taken name is refused.
+    - :meth:`scores` (required): logits B×H×Lq×Lk.
+    - :meth:`attend` (optional): a faster ``softmax(scores)·value`` that equals
+      the definition.
+    - :meth:`reference_scores` (for the tests): the published formula in
+      float64, pair by pair, none of the fast path's shortcuts.
+    - memory-bounded blocking: :meth:`block_size` says how many queries fit a
+      block; it counts :meth:`bytes_per_query` (one row of scores by default;
+      override it when a block materialises more, as ``additive``'s hidden
+      tensor) against ``chunk_bytes`` and the caller's budget, unless
+      ``chunk_size`` fixes it.
+    - ``float32_methods`` (class attribute, default ``()``): the names of the
+      class's own methods among ``scores``/``attend`` that run on float32
+      copies of float16/bfloat16 inputs with autocast off
+      (:func:`float32_when_low_precision`, applied at class creation), e.g.
+      for logits that pass through a 16-bit intermediate carrying their
+      magnitude.
     """
 
     name: str = ""
+    float32_methods: tuple[str, ...] = ()
+    chunk_size: int | None = None  # queries per block; None = as many as fit the byte budget
+    chunk_bytes: int | None = None  # byte budget of one block; None = the caller's (or DEFAULT_BLOCK_BYTES)
+
+    def __init_subclass__(cls, **kwargs) -> None:  # pragma: no mutate block  (runs at class creation)
+        """Wrap the subclass's own ``scores``/``attend`` for low precision if asked, and register its ``name``.
+
+        Raises:
+            ValueError: ``name`` is already registered to a different class.
+        """
+        super().__init_subclass__(**kwargs)
+        for method in cls.float32_methods:
+            own = cls.__dict__.get(method)
+            if own is not None and not getattr(own, "computes_in_float32", False):
+                setattr(cls, method, float32_when_low_precision(own))
+        name = cls.__dict__.get("name")
+        if not name:
+            return
+        taken = _REGISTRY.get(name)
+        same_class = taken is not None and (taken.__module__, taken.__qualname__) == (cls.__module__, cls.__qualname__)
+        if taken is not None and not same_class:  # the same class again (a module re-imported) replaces itself
+            raise ValueError(
+                f"score function {name!r} is already registered to {taken.__module__}.{taken.__qualname__}; "
+                f"give {cls.__module__}.{cls.__qualname__} another name"
+            )
+        _REGISTRY[name] = cls
 
     def __init__(self, n_heads: int, head_dim: int) -> None:
         super().__init__()
@@ -110,7 +179,50 @@ class ScoreFunction(nn.Module):
         Returns:
             scores: B×H×Lq×Lk, before masking and softmax.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__qualname__} must implement scores(query, key) -> B×H×Lq×Lk")
+
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """The score function's formula in float64, written straight from its source, for the tests.
+
+        Args:
+            query: B×H×Lq×d float64.
+            key: B×H×Lk×d float64.
+
+        Returns:
+            B×H×Lq×Lk float64, computed pair by pair through broadcasting with the
+            module's parameters cast to float64 (no algebraic shortcut of the fast path).
+
+        Raises:
+            NotImplementedError: the subclass has no reference formula.
+        """
+        raise NotImplementedError(f"no float64 reference formula for {type(self).__qualname__}")
+
+    def bytes_per_query(self, batch: int, n_keys: int, element_size: int) -> int:
+        """Bytes one query row of a block materialises: by default its B×H×1×Lk scores.
+
+        Args:
+            batch: B. n_keys: Lk. element_size: bytes per element of the inputs.
+        """
+        return batch * self.n_heads * n_keys * element_size
+
+    def block_size(
+        self, batch: int, n_queries: int, n_keys: int, element_size: int, budget_bytes: int | None = None
+    ) -> int:
+        """Queries per block so that one block's working set stays within the memory budget.
+
+        ``chunk_size`` when set; otherwise the most queries whose
+        :meth:`bytes_per_query` fit the budget: the tighter of the score
+        function's own ``chunk_bytes`` and the caller's ``budget_bytes`` (e.g.
+        the attention diagnostics' ``block_bytes``), whichever are set, else
+        ``DEFAULT_BLOCK_BYTES``. Always in [1, n_queries].
+
+        Args:
+            batch: B. n_queries: Lq. n_keys: Lk. element_size: bytes per element.
+            budget_bytes: the caller's budget (bytes), or ``None``.
+        """
+        budgets = [b for b in (self.chunk_bytes, budget_bytes) if b is not None]
+        budget = min(budgets) if budgets else DEFAULT_BLOCK_BYTES
+        return query_block_size(self.chunk_size, budget, n_queries, self.bytes_per_query(batch, n_keys, element_size))
 
     def attend(
         self,

@@ -7,11 +7,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import LOW_PRECISION, ScoreFunction, float32_when_low_precision, sdpa_attend
-from attnbench.attention.registry import register
+from attnbench.attention.base import LOW_PRECISION, ScoreFunction, sdpa_attend
 
 
-@register("cosine")
 class CosineScore(ScoreFunction):
     """``score(q, k) = τ · cos(q, k) = τ · q̂ᵀk̂`` with a learned τ > 0 per head.
 
@@ -33,6 +31,9 @@ class CosineScore(ScoreFunction):
     autocast) the normalisation and τ run in float32 (τ's gradient is a sum
     over every query; in bfloat16 it was off by 5–6%), and so do ``scores``.
     """
+
+    name = "cosine"
+    float32_methods = ("scores",)
 
     def __init__(
         self, n_heads: int, head_dim: int, init_temperature: float | None = None, eps: float = 1e-6
@@ -68,9 +69,15 @@ class CosineScore(ScoreFunction):
             factor.mul_(scale[:, None, None])
         return x.mul_(factor)
 
-    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return self._unit(query, self.temperature().to(query.dtype)) @ self._unit(key).transpose(-2, -1)
+
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """τ · Σ_c q̂_c k̂_c for every pair, float64, with x̂ = x / max(‖x‖, eps) (Henry et al. 2020)."""
+        tau = self.log_temperature.double().exp()[None, :, None, None]
+        q_hat = query / query.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        k_hat = key / key.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+        return tau * (q_hat.unsqueeze(-2) * k_hat.unsqueeze(-3)).sum(-1)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         device = query.device.type

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, sdpa_attend
 
 
-@register("dot")
 class DotScore(ScoreFunction):
     """``score(q, k) = qᵀk``, no scaling.
 
@@ -23,9 +21,15 @@ class DotScore(ScoreFunction):
     Fast path: SDPA with ``scale=1``.
     """
 
-    @float32_when_low_precision
+    name = "dot"
+    float32_methods = ("scores",)
+
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return query @ key.transpose(-2, -1)
+
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """Σ_c q_c k_c for every pair, float64 (Luong et al. 2015, eq. 8)."""
+        return (query.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         return sdpa_attend(query, key, value, key_padding_mask, dropout_p, scale=1.0)

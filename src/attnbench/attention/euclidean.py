@@ -8,11 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, sdpa_attend
 
 
-@register("euclidean")
 class EuclideanScore(ScoreFunction):
     """``score(q, k) = −‖q − k‖² / √d_k``.
 
@@ -40,16 +38,20 @@ class EuclideanScore(ScoreFunction):
     above 65504; the bias −‖k‖²/√d needs more than 16 bits of resolution).
     """
 
+    name = "euclidean"
+    float32_methods = ("scores", "attend")
     bias_mask_max_pairs: int = 256 * 256  # above this Lq·Lk, gradients use the extra-dimension form
 
-    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         dots = query @ key.transpose(-2, -1)
         q_sq = query.square().sum(-1, keepdim=True)  # B×H×Lq×1
         k_sq = key.square().sum(-1).unsqueeze(-2)  # B×H×1×Lk
         return (2.0 * dots - q_sq - k_sq) * (1.0 / math.sqrt(self.head_dim))
 
-    @float32_when_low_precision
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """−Σ_c (q_c − k_c)² / √d for every pair, float64, without the ‖q‖² + ‖k‖² − 2q·k expansion."""
+        return -((query.unsqueeze(-2) - key.unsqueeze(-3)) ** 2).sum(-1) / math.sqrt(query.shape[-1])
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         inv_sqrt_d = 1.0 / math.sqrt(self.head_dim)
         # ‖k‖² from the norm of a contiguous copy: on CPU, elementwise passes over the head-split view of the

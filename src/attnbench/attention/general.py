@@ -5,11 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, sdpa_attend
 
 
-@register("general")
 class GeneralScore(ScoreFunction):
     """``score(q, k) = qᵀ W k`` with a learned W ∈ R^{d×d} per head.
 
@@ -26,14 +24,21 @@ class GeneralScore(ScoreFunction):
     magnitude into the rounding).
     """
 
+    name = "general"
+    float32_methods = ("scores", "attend")
+
     def __init__(self, n_heads: int, head_dim: int) -> None:
         super().__init__(n_heads, head_dim)
         self.weight = nn.Parameter(torch.eye(head_dim).repeat(n_heads, 1, 1))
 
-    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return (query @ self.weight.to(query.dtype)) @ key.transpose(-2, -1)
 
-    @float32_when_low_precision
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """Σ_i q_i (W k)_i for every pair, float64 (Luong et al. 2015, eq. 8)."""
+        w = self.weight.double()  # H×d×d
+        k_w = torch.einsum("hij,bhkj->bhki", w, key)  # W k for every key
+        return (query.unsqueeze(-2) * k_w.unsqueeze(-3)).sum(-1)
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         return sdpa_attend(query @ self.weight.to(query.dtype), key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -5,17 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnbench.attention.base import (
-    ScoreFunction,
-    blocked_attend,
-    float32_when_low_precision,
-    query_block_size,
-    validated_chunking,
-)
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, blocked_attend, validated_chunking
 
 
-@register("l2")
 class L2Score(ScoreFunction):
     """``score(q, k) = −‖q − k‖₂``, computed with ``torch.cdist``.
 
@@ -42,17 +34,21 @@ class L2Score(ScoreFunction):
     magnitude 32 has a resolution of 0.25).
     """
 
+    name = "l2"
+    float32_methods = ("scores", "attend")
+
     def __init__(self, n_heads: int, head_dim: int, chunk_size: int | None = None,
                  chunk_bytes: int = 64 * 2**20) -> None:
         super().__init__(n_heads, head_dim)
         self.chunk_size, self.chunk_bytes = validated_chunking("l2", chunk_size, chunk_bytes)
 
-    @float32_when_low_precision
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return -torch.cdist(query, key, p=2.0)
 
-    @float32_when_low_precision
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """−√(Σ_c (q_c − k_c)²) for every pair, float64, straight from the definition (no cdist)."""
+        return -((query.unsqueeze(-2) - key.unsqueeze(-3)) ** 2).sum(-1).sqrt()
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
-        per_query = query.shape[0] * self.n_heads * key.shape[-2] * query.element_size()  # one row of scores
-        block = query_block_size(self.chunk_size, self.chunk_bytes, query.shape[-2], per_query)
+        block = self.block_size(query.shape[0], query.shape[-2], key.shape[-2], query.element_size())
         return blocked_attend(self.scores, query, key, value, key_padding_mask, dropout_p, block)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -25,8 +26,10 @@ class MultiHeadAttention(nn.Module):
             divisible by ``n_heads``). Setting it decouples d_k from the model
             width (the projections map d_model -> H·head_dim -> d_model), which
             is how Vaswani et al. 2017 Table 3 (B) varies d_k.
-        score: registry name of the score function (``dot``, ``additive``, ...).
-        score_options: keyword options of that score function (its YAML).
+        score: the score function's config, as :func:`~attnbench.attention.registry.build_score_function`
+            takes it: the ``conf/attention/<name>.yaml`` mapping (``_target_``, ``name``, options), or a
+            registered name (``dot``, ``additive``, ...).
+        score_options: further keyword options of that score function, merged over ``score``'s.
         attn_dropout: dropout probability on the attention weights.
         bias: whether the q/k/v/output projections have biases.
 
@@ -42,7 +45,7 @@ class MultiHeadAttention(nn.Module):
         self,
         d_model: int,
         n_heads: int,
-        score: str,
+        score: str | Mapping[str, Any],
         score_options: dict[str, Any] | None = None,
         attn_dropout: float = 0.0,
         bias: bool = True,

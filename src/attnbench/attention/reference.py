@@ -1,13 +1,13 @@
-"""Plain float64 reference implementations of every score function.
+"""Plain float64 reference attention, from each score function's own formula.
 
-Written straight from each formula, pair by pair through broadcasting, with
-none of the algebraic shortcuts of the fast paths (no ‖q−k‖² expansion, no
-SDPA, no cdist). Tests compare the modules against these.
+Each score function carries its formula as
+:meth:`~attnbench.attention.base.ScoreFunction.reference_scores`, written
+straight from its source pair by pair through broadcasting, with none of the
+algebraic shortcuts of the fast paths (no ‖q−k‖² expansion, no SDPA, no
+cdist). Tests compare the modules against these.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 from torch import Tensor
@@ -18,44 +18,12 @@ from attnbench.attention.base import ScoreFunction
 def reference_scores(score_fn: ScoreFunction, query: Tensor, key: Tensor) -> Tensor:
     """Scores of ``score_fn`` for ``query`` (B×H×Lq×d) and ``key`` (B×H×Lk×d), in float64.
 
-    Reads the module's parameters (cast to float64) and recomputes the formula
-    of the paper named in its docstring. Returns B×H×Lq×Lk float64.
+    Returns ``score_fn.reference_scores`` on float64 copies: B×H×Lq×Lk float64.
 
     Raises:
-        NotImplementedError: for a score function without a reference here.
+        NotImplementedError: for a score function without a reference formula.
     """
-    q = query.double()
-    k = key.double()
-    d = q.shape[-1]
-    q_i = q.unsqueeze(-2)  # B×H×Lq×1×d
-    k_j = k.unsqueeze(-3)  # B×H×1×Lk×d
-    name = score_fn.name
-    if name == "dot":
-        return (q_i * k_j).sum(-1)
-    if name == "scaled_dot":
-        return (q_i * k_j).sum(-1) / math.sqrt(d)
-    if name == "general":
-        w = score_fn.weight.double()  # H×d×d
-        k_w = torch.einsum("hij,bhkj->bhki", w, k)  # W k for every key
-        return (q_i * k_w.unsqueeze(-3)).sum(-1)
-    if name == "additive":
-        wq = score_fn.w_query.double()  # H×d×d_a
-        wk = score_fn.w_key.double()
-        v = score_fn.v.double()  # H×d_a
-        hq = torch.einsum("bhqd,hda->bhqa", q, wq).unsqueeze(-2)
-        hk = torch.einsum("bhkd,hda->bhka", k, wk).unsqueeze(-3)
-        return (torch.tanh(hq + hk) * v[None, :, None, None, :]).sum(-1)
-    if name == "euclidean":
-        return -((q_i - k_j) ** 2).sum(-1) / math.sqrt(d)
-    if name == "l2":
-        return -((q_i - k_j) ** 2).sum(-1).sqrt()
-    if name == "cosine":
-        tau = score_fn.log_temperature.double().exp()[None, :, None, None]
-        eps = score_fn.eps
-        q_hat = q / q.norm(dim=-1, keepdim=True).clamp_min(eps)
-        k_hat = k / k.norm(dim=-1, keepdim=True).clamp_min(eps)
-        return tau * (q_hat.unsqueeze(-2) * k_hat.unsqueeze(-3)).sum(-1)
-    raise NotImplementedError(f"no float64 reference for score function {name!r}")
+    return score_fn.reference_scores(query.double(), key.double())
 
 
 def reference_attention(

@@ -6,11 +6,9 @@ import math
 
 from torch import Tensor
 
-from attnbench.attention.base import ScoreFunction, float32_when_low_precision, sdpa_attend
-from attnbench.attention.registry import register
+from attnbench.attention.base import ScoreFunction, sdpa_attend
 
 
-@register("scaled_dot")
 class ScaledDotScore(ScoreFunction):
     """``score(q, k) = qᵀk / √d_k``.
 
@@ -25,9 +23,15 @@ class ScaledDotScore(ScoreFunction):
     Fast path: SDPA with ``scale=1/√d``.
     """
 
-    @float32_when_low_precision
+    name = "scaled_dot"
+    float32_methods = ("scores",)
+
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
         return (query @ key.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+
+    def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
+        """Σ_c q_c k_c / √d for every pair, float64 (Vaswani et al. 2017, eq. 1)."""
+        return (query.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1) / math.sqrt(query.shape[-1])
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         return sdpa_attend(query, key, value, key_padding_mask, dropout_p, scale=1.0 / math.sqrt(self.head_dim))

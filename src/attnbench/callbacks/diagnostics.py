@@ -12,9 +12,10 @@ def attention_statistics(
     """Statistics of one attention layer's weights on one batch.
 
     Scores come from the score function's definition (``score_fn.scores``),
-    computed in query blocks so that no block's scores (or, for a score
-    function with a ``block_size`` method such as additive, its hidden tensor)
-    exceed ``block_bytes``.
+    computed in query blocks of ``score_fn.block_size`` queries (the score
+    function's own budget, or ``block_bytes`` when it sets none), so that no
+    block's scores (or what its query rows materialise, e.g. additive's hidden
+    tensor) exceed it.
 
     Args:
         attn: a :class:`attnbench.attention.MultiHeadAttention`.
@@ -41,11 +42,7 @@ def attention_statistics(
     keep_keys = ~key_padding_mask  # B×L
     n_keys = keep_keys.sum(-1).to(query.dtype)  # B
     element = query.element_size()
-    block_size = getattr(attn.score_fn, "block_size", None)
-    if callable(block_size):
-        rows = block_size(b, length, length, element)
-    else:
-        rows = max(1, block_bytes // max(1, b * h * length * element))
+    rows = attn.score_fn.block_size(b, length, length, element, budget_bytes=block_bytes)
     entropy_sum = norm_sum = saturated = 0.0
     n_rows = n_norm_rows = 0.0
     max_score = 0.0

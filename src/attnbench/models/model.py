@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ class TransformerBlock(nn.Module):
         d_model: int,
         n_heads: int,
         d_ff: int,
-        score: str,
+        score: str | Mapping[str, Any],
         score_options: dict[str, Any] | None,
         dropout: float,
         attn_dropout: float,
@@ -48,8 +49,9 @@ class TransformerClassifier(nn.Module):
         vocab_size: tokenizer vocabulary size.
         num_classes: number of labels C.
         max_length: longest input in tokens (sizes the position table).
-        score: attention score function name (see :mod:`attnbench.attention`).
-        score_options: that score function's options.
+        score: the attention score function's config (``conf/attention/<name>.yaml``) or a
+            registered name (see :func:`attnbench.attention.build_score_function`).
+        score_options: further options of that score function.
         d_model: model width.
         n_heads: attention heads; must divide ``d_model`` unless ``head_dim`` is set.
         head_dim: per-head query/key/value size d_k; ``None`` = d_model / n_heads.
@@ -75,7 +77,7 @@ class TransformerClassifier(nn.Module):
         vocab_size: int,
         num_classes: int,
         max_length: int,
-        score: str,
+        score: str | Mapping[str, Any],
         score_options: dict[str, Any] | None = None,
         d_model: int = 128,
         n_heads: int = 4,

@@ -30,7 +30,8 @@ class TextClassifierModule(pl.LightningModule):
     Args:
         vocab_size, num_classes, max_length, pad_id: from the data module.
         model: keyword arguments of ``TransformerClassifier`` (``conf/model``).
-        attention: the score function's config (``conf/attention``: ``name`` and its options), passed on unchanged.
+        attention: the score function's config (``conf/attention/<name>.yaml``: ``_target_``, ``name``,
+            options), passed unchanged to :func:`attnbench.attention.build_score_function`.
         optimizer: ``optimizer(model) -> torch.optim.Optimizer`` (``cfg.optimizer``, a ``_partial_``
             :func:`attnbench.models.optim.adamw`).
         scheduler: ``scheduler(optimizer, total_steps) -> LRScheduler`` stepped every optimizer step
@@ -67,14 +68,11 @@ class TextClassifierModule(pl.LightningModule):
             scheduler = scheduler or partial(warmup_decay, warmup_ratio=settings["warmup_ratio"],
                                              schedule=settings["schedule"], min_lr_ratio=settings["min_lr_ratio"])
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
-        score_options = dict(attention)
-        score = score_options.pop("name")
         self.model = TransformerClassifier(
             vocab_size=vocab_size,
             num_classes=num_classes,
             max_length=max_length,
-            score=score,
-            score_options=score_options,
+            score=dict(attention),  # the whole config: attnbench.attention.build_score_function reads it
             pad_id=pad_id,
             **model,
         )

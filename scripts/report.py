@@ -226,8 +226,9 @@ def find_runs(path: Path) -> list[Path]:
         FileNotFoundError: ``path`` does not exist or holds no run (naming what a run dir holds).
     """
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} does not exist or is not a folder; pass run dirs, a folder of runs "
-                                "(outputs/train/runs) or a multirun dir (outputs/<task>/multiruns/<date>).")
+        raise FileNotFoundError(f"{path} is not a Hydra multirun dir, a folder of runs or a run dir (no such folder); "
+                                "pass run dirs, a folder of runs (outputs/train/runs) or a multirun dir "
+                                "(outputs/<task>/multiruns/<date>).")
     if _is_run_dir(path) or (path / "multirun.yaml").is_file():
         return [path]
     found = sorted((p for p in path.iterdir() if p.is_dir() and (_is_run_dir(p) or (p / "multirun.yaml").is_file())),
@@ -446,25 +447,23 @@ def _title(setting: str, fixed: dict[str, str]) -> str:
     return textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), 70)
 
 
-def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None) -> list[str]:
-    """Write the plots that the swept keys allow; returns their file names.
+def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None) -> dict[str, Any]:
+    """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
 
     Every title names the settings held fixed (:func:`attnbench.report_stats.headline`); accuracy has a 95% CI
     bar only where >= 2 seeds give one (hollow markers: one seed, no interval).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     fixed = fixed or {}
-    written: list[str] = []
+    out: dict[str, Any] = {}
     one_seed = (table["n"] < 2).any() if "n" in table else False
     acc_label = "test accuracy (mean, 95% CI)" + ("; hollow: 1 seed, no interval" if one_seed else "")
     setting_keys = [k for k in variant_keys if k != "attention"]
     settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
-        fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.6), squeeze=False)
+        fig = Figure(figsize=(5.5 * len(settings), 4.6), layout="tight")
+        axes = fig.subplots(1, len(settings), squeeze=False)
         for ax, (key, group) in zip(axes[0], settings):
             group = group.dropna(subset=["train_tok_s", "acc_mean"])
             _accuracy_points(ax, group["train_tok_s"], group)
@@ -479,10 +478,7 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dic
             ax.set_xlabel("training tokens/s")
             ax.set_ylabel(acc_label, fontsize=8)
             ax.legend(loc="lower left", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "pareto.png", dpi=120)
-        plt.close(fig)
-        written.append("pareto.png")
+        out["pareto.png"] = fig
     for key, name, panels in (
         ("model.head_dim", "head_dim.png", (("acc_mean", "test accuracy"), ("saturated_frac", "saturated rows"))),
         ("data.max_length", "seq_len.png", (("train_tok_s", "training tokens/s"), ("peak_mem_mb", "peak memory (MiB)"))),
@@ -490,7 +486,8 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dic
         if key not in table or "attention" not in table:
             continue
         panels = [p for p in panels if p[0] in table and table[p[0]].notna().any()]
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6), squeeze=False)
+        fig = Figure(figsize=(5.5 * len(panels), 4.6), layout="tight")
+        axes = fig.subplots(1, len(panels), squeeze=False)
         for ax, (column, label) in zip(axes[0], panels):
             for attention, group in table.groupby("attention", sort=False, dropna=False):
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
@@ -505,9 +502,15 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dic
             ax.set_ylabel(acc_label if column == "acc_mean" else label, fontsize=8)
             ax.set_title(_title("", fixed), fontsize=8)
             ax.legend(fontsize=8)
-        fig.tight_layout()
+        out[name] = fig
+    return out
+
+
+def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None) -> list[str]:
+    """Write :func:`figures` as PNGs into ``out``; returns their file names."""
+    written = []
+    for name, fig in figures(table, variant_keys, fixed).items():
         fig.savefig(out / name, dpi=120)
-        plt.close(fig)
         written.append(name)
     return written
 

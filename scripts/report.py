@@ -151,13 +151,15 @@ def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
     """
     hydra_dir = job_dir / ".hydra"
     config = _load_yaml(hydra_dir / "config.yaml")
-    settings = flatten_config(config) if isinstance(config, dict) else {}
+    flat = flatten_config(config) if isinstance(config, dict) else {}
     choices = ((_load_yaml(hydra_dir / "hydra.yaml") or {}).get("hydra", {}).get("runtime", {}).get("choices") or {})
+    settings: dict[str, str] = {}  # the group choices first: they name the settings their keys belong to
     for group in SETTING_GROUPS:
         if choices.get(group) is not None:
             settings[group] = str(choices[group])
-        elif f"{group}.name" in settings and group in ("attention", "data"):
-            settings[group] = settings[f"{group}.name"]
+        elif f"{group}.name" in flat and group in ("attention", "data"):
+            settings[group] = flat[f"{group}.name"]
+    settings.update(flat)
     overrides = _load_yaml(hydra_dir / "overrides.yaml") or []
     try:
         parsed = _parse_overrides(overrides)
@@ -199,6 +201,11 @@ def _is_run_dir(path: Path) -> bool:
     return (path / ".hydra").is_dir() or (path / "metrics.json").is_file()
 
 
+def _is_sweep(path: Path) -> bool:
+    """A multirun dir: its ``multirun.yaml``, or run dirs one level down."""
+    return (path / "multirun.yaml").is_file() or any(p.is_dir() and _is_run_dir(p) for p in path.iterdir())
+
+
 def _job_order(path: Path) -> tuple[int, str]:
     head = path.name.split("_", 1)[0]
     return (int(head) if head.isdigit() else 1 << 30, path.name)
@@ -229,10 +236,9 @@ def find_runs(path: Path) -> list[Path]:
         raise FileNotFoundError(f"{path} is not a Hydra multirun dir, a folder of runs or a run dir (no such folder); "
                                 "pass run dirs, a folder of runs (outputs/train/runs) or a multirun dir "
                                 "(outputs/<task>/multiruns/<date>).")
-    if _is_run_dir(path) or (path / "multirun.yaml").is_file():
+    if _is_run_dir(path) or _is_sweep(path):
         return [path]
-    found = sorted((p for p in path.iterdir() if p.is_dir() and (_is_run_dir(p) or (p / "multirun.yaml").is_file())),
-                   key=_job_order)
+    found = sorted((p for p in path.iterdir() if p.is_dir() and (_is_run_dir(p) or _is_sweep(p))), key=_job_order)
     if not found:
         raise FileNotFoundError(
             f"{path} is not a Hydra multirun dir and holds no runs (no multirun.yaml, no run dirs with .hydra/ "

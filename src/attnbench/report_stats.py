@@ -153,7 +153,7 @@ def split_settings(settings: list[dict[str, str]], explicit: Iterable[str] = ())
 
     Returns:
         ``(swept, fixed)``: ``swept`` lists the relevant keys (:func:`is_relevant`) whose values differ
-        between runs, or which some runs lack, in the order they first appear; a key under a swept config
+        between runs, or which some runs lack, in the order they first appear, ``attention`` and ``seed`` last; a key under a swept config
         group (``attention.hidden_dim`` when ``attention`` itself differs) is left out, since the group's
         choice already names it, unless it is in ``explicit``. ``fixed`` maps every other relevant key
         that all runs share to its one value; ``<group>.name`` is left out when it equals the group's choice.
@@ -166,6 +166,7 @@ def split_settings(settings: list[dict[str, str]], explicit: Iterable[str] = ())
     swept_groups = {k for k in varying if k in SETTING_GROUPS}
     swept = [k for k in varying
              if k in explicit or not any(k.startswith(g + ".") for g in swept_groups)]
+    swept.sort(key=lambda k: (k == "seed", k == "attention"))  # settings, then the score function, then seeds
     fixed: dict[str, str] = {}
     if settings:
         for k in keys:

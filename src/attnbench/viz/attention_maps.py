@@ -92,13 +92,13 @@ def probe_rows(split: Sequence[Any], n: int = 2, min_tokens: int = 5, max_tokens
                scan: int = 500) -> list[int]:
     """Indices of the sentences to draw: the first ``n`` of the first ``scan`` rows of ``split`` (items
     ``(ids, label)``) with ``min_tokens`` ≤ length ≤ ``max_tokens``; if fewer qualify, the shortest of the
-    others longer than one token fill up, in row order. Deterministic: the same split gives the same rows."""
+    others longer than one token fill up; returned in row order. Deterministic: the same split gives the same rows."""
     lengths = [(i, len(split[i][0])) for i in range(min(scan, len(split)))]
     rows = [i for i, length in lengths if min_tokens <= length <= max_tokens][:n]
     if len(rows) < n:
         rest = sorted((length, i) for i, length in lengths if i not in rows and length > 1)
-        rows += sorted(i for _, i in rest[: n - len(rows)])
-    return rows[:n]
+        rows += [i for _, i in rest[: n - len(rows)]]
+    return sorted(rows[:n])
 
 
 def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:

@@ -483,7 +483,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             ax.set_title(_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)), fixed), fontsize=8)
             ax.set_xlabel("training tokens/s")
             ax.set_ylabel(acc_label, fontsize=8)
-            ax.legend(loc="lower left", fontsize=8)
+            ax.legend(loc="best", fontsize=8)
         out["pareto.png"] = fig
     for key, name, panels in (
         ("model.head_dim", "head_dim.png", (("acc_mean", "test accuracy"), ("saturated_frac", "saturated rows"))),

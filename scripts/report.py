@@ -1,33 +1,38 @@
 #!/usr/bin/env python
-"""Turn a Hydra multirun of attnbench jobs into a Markdown report with error bars and plots.
+"""Turn any set of attnbench runs into a Markdown report with error bars, plots and attention maps.
 
     python scripts/report.py outputs/compare_cpu/multiruns/2026-11-29_12-00-00
-    python scripts/report.py DIR --out report/ --baseline scaled_dot
+    python scripts/report.py outputs/train/runs                       # a folder of single runs
+    python scripts/report.py RUN_DIR RUN_DIR ... --out report/         # any run dirs
+    python scripts/report.py DIR --baseline scaled_dot --wandb          # + a W&B summary run of the group
     python scripts/report.py --wandb-project me/attnbench --wandb-group train-2026-11-29_12-00-00 --out report/
 
-Reads every job of the sweep (``<dir>/<num>_<run_name>/``): its overrides
-(``.hydra/overrides.yaml``), ``metrics.json`` and ``csv/metrics.csv``. The
-jobs the sweep asked for come from ``<dir>/multirun.yaml`` (the sweeper's
-params and the command line), so a job that failed (no ``metrics.json``) or
-never started is listed in the report, never silently dropped.
+Reads every run (a dir with ``.hydra/`` or ``metrics.json``): its composed config (``.hydra/config.yaml``),
+config-group choices (``.hydra/hydra.yaml``) and overrides (``.hydra/overrides.yaml``), ``metrics.json`` and
+``csv/metrics.csv``. The jobs a sweep asked for come from ``<dir>/multirun.yaml`` (the sweeper's params and
+the command line), so a job that failed (no ``metrics.json``) or never started is listed in the report, never
+silently dropped.
 
-A *variant* is one combination of the swept settings other than ``seed``
-(e.g. ``data=sst2, attention=additive``). Per variant the report gives the
-number of seeds, test accuracy mean ± sample std and its 95% confidence
-interval (Student t over seeds), the paired difference to the baseline score
-function (same setting and seed) with its 95% interval, train and inference
-tokens/s, training steps/s, peak memory and parameters, and, when the
-attention diagnostics ran, the final attention entropy, saturation and
-largest score. Plots (PNG, next to ``report.md``):
+A *variant* is one combination of the settings that differ between the runs, other than ``seed`` (e.g.
+``data=sst2, attention=additive``); settings are config keys that can change a result (paths, loggers, names
+and progress bars do not). The settings every run shares are stated in the report and in every plot title.
+Per variant the report gives the number of seeds, test accuracy mean ± sample std and its 95% confidence
+interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
+paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
+inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
+the final attention entropy, saturation and largest score. Plots (PNG, next to ``report.md``):
 
 - ``pareto.png``: test accuracy vs training tokens/s per setting, with the
   Pareto front (no variant both faster and more accurate);
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
-- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept).
+- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept);
+- ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
+  ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 
-Writes ``report.md``, ``jobs.csv`` (one row per job, its status and metrics)
-and the plots into ``--out`` (default: the multirun dir), and prints the
-Markdown. Exit status 0 when at least one job finished, 1 otherwise.
+Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
+settings and metrics) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
+``--wandb`` logs them into a summary run (:mod:`attnbench.viz.wandb_report`). Exit status 0 when at least
+one job finished, 1 otherwise (and for a path without runs or an unreachable W&B, with one ``Error:`` line).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci
     STATUS_MISSING,
     STATUS_OK,
     flatten_config,
+    format_setting,
     headline,
     mean_ci,
     split_settings,
@@ -186,6 +192,9 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     metrics_file = job_dir / "metrics.json"
     if metrics_file.is_file():
         metrics = json.loads(metrics_file.read_text())
+        for key in ("attention", "data", "seed"):  # a run dir without .hydra/: what metrics.json says, as text
+            if key not in settings and metrics.get(key) is not None:
+                settings[key] = format_setting(metrics[key])
         record.update({k: v for k, v in metrics.items() if k not in settings})  # its settings, as text, win
         record["status"] = STATUS_OK
     else:

@@ -203,6 +203,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
         record["last_step"] = _last_csv_step(job_dir)
     record.update(settings)
     record["_settings"], record["_explicit"] = tuple(settings), tuple(explicit)
+    record["_config"] = isinstance(config, dict)
     return record
 
 
@@ -291,8 +292,11 @@ def read_runs(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[str], dict[str,
 def _frame(records: list[dict[str, Any]], swept: list[str]) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """The job table, swept keys (``swept`` first) and fixed settings of ``records`` (see :func:`read_runs`)."""
     known = [{k: r[k] for k in r["_settings"]} for r in records if r.get("_settings")]
+    full = [s for s, r in zip(known, [r for r in records if r.get("_settings")]) if r.get("_config")] or known
+    partial = [s for s in known if not any(s is f for f in full)]  # run dirs without .hydra/: a few keys only
     explicit = {k for r in records for k in r.get("_explicit") or ()}
-    varying, fixed = split_settings(known, explicit)
+    varying, fixed = split_settings(full, explicit)
+    varying += [k for k in fixed if any(k in s and s[k] != fixed[k] for s in partial)]
     swept = list(swept) + [k for k in varying if k not in swept]
     for k in swept:
         fixed.pop(k, None)
@@ -362,7 +366,7 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         if record["status"] == STATUS_FAILED:
             record["error"] = f"W&B state {run.state}" + ("" if ACC in summary else f", no {ACC} in its summary")
         record.update(settings)
-        record["_settings"], record["_explicit"] = tuple(settings), ()
+        record["_settings"], record["_explicit"], record["_config"] = tuple(settings), (), True
         records.append(record)
     if not records:
         raise WandbUnavailable(f"W&B project {project!r}{f' group {group!r}' if group else ''} has no runs; "

@@ -266,3 +266,16 @@ def test_wandb_unreachable_is_one_clear_error(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("Error: cannot read W&B project 'me/attnbench' group 'g': UsageError: api_key not")
     assert "Traceback" not in err
+
+
+def test_a_run_dir_without_hydra_counts_on_the_keys_it_has(runs_folder):
+    bare = runs_folder / "copied-run"
+    bare.mkdir()
+    (bare / "metrics.json").write_text(json.dumps({**_metrics(0.7), "attention": "cosine", "seed": 0, "data": "sst2"}))
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    assert swept == ["attention"] and fixed["trainer.max_steps"] == "150"  # its missing config keys change nothing
+    row = jobs[jobs["job"] == "copied-run"].iloc[0]
+    assert (row["attention"], row["seed"], row["status"]) == ("cosine", "0", "finished")
+    (bare / "metrics.json").write_text(json.dumps({**_metrics(0.7), "attention": "cosine", "seed": 5, "data": "sst2"}))
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    assert swept == ["attention", "seed"] and "seed" not in fixed

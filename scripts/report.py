@@ -1,33 +1,38 @@
 #!/usr/bin/env python
-"""Turn a Hydra multirun of attnbench jobs into a Markdown report with error bars and plots.
+"""Turn any set of attnbench runs into a Markdown report with error bars, plots and attention maps.
 
     python scripts/report.py outputs/compare_cpu/multiruns/2026-11-29_12-00-00
-    python scripts/report.py DIR --out report/ --baseline scaled_dot
+    python scripts/report.py outputs/train/runs                       # a folder of single runs
+    python scripts/report.py RUN_DIR RUN_DIR ... --out report/         # any run dirs
+    python scripts/report.py DIR --baseline scaled_dot --wandb          # + a W&B summary run of the group
     python scripts/report.py --wandb-project me/attnbench --wandb-group train-2026-11-29_12-00-00 --out report/
 
-Reads every job of the sweep (``<dir>/<num>_<run_name>/``): its overrides
-(``.hydra/overrides.yaml``), ``metrics.json`` and ``csv/metrics.csv``. The
-jobs the sweep asked for come from ``<dir>/multirun.yaml`` (the sweeper's
-params and the command line), so a job that failed (no ``metrics.json``) or
-never started is listed in the report, never silently dropped.
+Reads every run (a dir with ``.hydra/`` or ``metrics.json``): its composed config (``.hydra/config.yaml``),
+config-group choices (``.hydra/hydra.yaml``) and overrides (``.hydra/overrides.yaml``), ``metrics.json`` and
+``csv/metrics.csv``. The jobs a sweep asked for come from ``<dir>/multirun.yaml`` (the sweeper's params and
+the command line), so a job that failed (no ``metrics.json``) or never started is listed in the report, never
+silently dropped.
 
-A *variant* is one combination of the swept settings other than ``seed``
-(e.g. ``data=sst2, attention=additive``). Per variant the report gives the
-number of seeds, test accuracy mean ± sample std and its 95% confidence
-interval (Student t over seeds), the paired difference to the baseline score
-function (same setting and seed) with its 95% interval, train and inference
-tokens/s, training steps/s, peak memory and parameters, and, when the
-attention diagnostics ran, the final attention entropy, saturation and
-largest score. Plots (PNG, next to ``report.md``):
+A *variant* is one combination of the settings that differ between the runs, other than ``seed`` (e.g.
+``data=sst2, attention=additive``); settings are config keys that can change a result (paths, loggers, names
+and progress bars do not). The settings every run shares are stated in the report and in every plot title.
+Per variant the report gives the number of seeds, test accuracy mean ± sample std and its 95% confidence
+interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
+paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
+inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
+the final attention entropy, saturation and largest score. Plots (PNG, next to ``report.md``):
 
 - ``pareto.png``: test accuracy vs training tokens/s per setting, with the
   Pareto front (no variant both faster and more accurate);
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
-- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept).
+- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept);
+- ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
+  ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 
-Writes ``report.md``, ``jobs.csv`` (one row per job, its status and metrics)
-and the plots into ``--out`` (default: the multirun dir), and prints the
-Markdown. Exit status 0 when at least one job finished, 1 otherwise.
+Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
+settings and metrics) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
+``--wandb`` logs them into a summary run (:mod:`attnbench.viz.wandb_report`). Exit status 0 when at least
+one job finished, 1 otherwise (and for a path without runs or an unreachable W&B, with one ``Error:`` line).
 """
 
 from __future__ import annotations
@@ -47,11 +52,16 @@ import yaml
 # The statistics (mean_ci, summarise) and the status names live in the package, where mutation testing reaches them.
 from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
     ACC,
+    SETTING_GROUPS,
     STATUS_FAILED,
     STATUS_INCOMPLETE,
     STATUS_MISSING,
     STATUS_OK,
+    flatten_config,
+    format_setting,
+    headline,
     mean_ci,
+    split_settings,
     summarise,
 )
 
@@ -129,94 +139,239 @@ def _last_csv_step(job_dir: Path) -> int | None:
     return int(steps.max()) if len(steps) else None
 
 
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text()) if path.is_file() else None
+    except yaml.YAMLError:
+        return None
+
+
+def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
+    """A run's settings (``key -> value`` text) and the keys its command line set, from its ``.hydra/`` files.
+
+    The settings are its composed config flattened to dotted keys (``.hydra/config.yaml``), the config-group
+    choices that name a setting (``attention``, ``data``, ``model``, ... from ``.hydra/hydra.yaml``; else the
+    config's ``attention.name`` / ``data.name``), and its overrides (``.hydra/overrides.yaml``, which win:
+    they are what the sweep asked for). Values as :func:`attnbench.report_stats.format_setting` writes them.
+    Empty when the run has no ``.hydra/``.
+    """
+    hydra_dir = job_dir / ".hydra"
+    config = _load_yaml(hydra_dir / "config.yaml")
+    flat = flatten_config(config) if isinstance(config, dict) else {}
+    choices = ((_load_yaml(hydra_dir / "hydra.yaml") or {}).get("hydra", {}).get("runtime", {}).get("choices") or {})
+    settings: dict[str, str] = {}  # the group choices first: they name the settings their keys belong to
+    for group in SETTING_GROUPS:
+        if choices.get(group) is not None:
+            settings[group] = str(choices[group])
+        elif f"{group}.name" in flat and group in ("attention", "data"):
+            settings[group] = flat[f"{group}.name"]
+    settings.update(flat)
+    overrides = _load_yaml(hydra_dir / "overrides.yaml") or []
+    try:
+        parsed = _parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - an override Hydra cannot parse any more: the config still tells
+        parsed = {}
+    settings.update({k: v[0] for k, v in parsed.items()})
+    return settings, list(parsed)
+
+
 def read_job(job_dir: Path) -> dict[str, Any]:
-    """One job's record: ``job``, ``status``, its overrides (``key -> value``), and its metrics.
+    """One job's record: ``job``, ``dir``, ``status``, its settings (:func:`run_settings`), and its metrics.
 
     ``status`` is ``finished`` when ``metrics.json`` exists; otherwise
     ``failed`` when ``train.log`` has an ERROR line (in ``error``) and
     ``incomplete`` when it has none (killed, or still running); both carry
-    ``last_step``, the last step in the CSV log.
+    ``last_step``, the last step in the CSV log. ``_settings`` holds the names
+    of the setting columns, ``_explicit`` those set on the command line.
     """
     record: dict[str, Any] = {"job": job_dir.name, "dir": str(job_dir)}
-    overrides_file = job_dir / ".hydra" / "overrides.yaml"
-    if overrides_file.is_file():
-        lines = yaml.safe_load(overrides_file.read_text()) or []
-        record.update({k: v[0] for k, v in _parse_overrides(lines).items()})
-    config_file = job_dir / ".hydra" / "config.yaml"
-    if config_file.is_file():
-        cfg = yaml.safe_load(config_file.read_text()) or {}
-        record["_batch_size"] = cfg.get("data", {}).get("batch_size")
+    settings, explicit = run_settings(job_dir)
+    config = _load_yaml(job_dir / ".hydra" / "config.yaml")
+    if isinstance(config, dict):
+        record["_batch_size"] = (config.get("data") or {}).get("batch_size")
     metrics_file = job_dir / "metrics.json"
     if metrics_file.is_file():
-        record.update(json.loads(metrics_file.read_text()))
+        metrics = json.loads(metrics_file.read_text())
+        for key in ("attention", "data", "seed"):  # a run dir without .hydra/: what metrics.json says, as text
+            if key not in settings and metrics.get(key) is not None:
+                settings[key] = format_setting(metrics[key])
+        record.update({k: v for k, v in metrics.items() if k not in settings})  # its settings, as text, win
         record["status"] = STATUS_OK
     else:
         record["error"] = _last_error(job_dir)
         record["status"] = STATUS_FAILED if record["error"] else STATUS_INCOMPLETE
         record["last_step"] = _last_csv_step(job_dir)
+    record.update(settings)
+    record["_settings"], record["_explicit"] = tuple(settings), tuple(explicit)
+    record["_config"] = isinstance(config, dict)
     return record
 
 
-def read_multirun(multirun_dir: Path) -> tuple[pd.DataFrame, list[str]]:
-    """All jobs of a multirun, finished, failed and missing, as a DataFrame; and the swept keys.
+def _is_run_dir(path: Path) -> bool:
+    return (path / ".hydra").is_dir() or (path / "metrics.json").is_file()
 
-    Raises:
-        FileNotFoundError: ``multirun_dir`` holds neither ``multirun.yaml`` nor job dirs.
-    """
-    job_dirs = sorted(
-        (p for p in multirun_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()),
-        key=lambda p: (int(p.name.split("_", 1)[0]) if p.name.split("_", 1)[0].isdigit() else 1 << 30, p.name),
-    ) if multirun_dir.is_dir() else []
+
+def _is_sweep(path: Path) -> bool:
+    """A multirun dir: its ``multirun.yaml``, or run dirs one level down."""
+    return (path / "multirun.yaml").is_file() or any(p.is_dir() and _is_run_dir(p) for p in path.iterdir())
+
+
+def _job_order(path: Path) -> tuple[int, str]:
+    head = path.name.split("_", 1)[0]
+    return (int(head) if head.isdigit() else 1 << 30, path.name)
+
+
+def _read_sweep(multirun_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records of one multirun's jobs (finished, failed, missing) and the keys its ``multirun.yaml`` sweeps."""
+    job_dirs = sorted((p for p in multirun_dir.iterdir() if p.is_dir() and _is_run_dir(p)), key=_job_order)
     expected, swept = expected_jobs(multirun_dir)
-    if not job_dirs and not expected:
-        raise FileNotFoundError(
-            f"{multirun_dir} is not a Hydra multirun dir (no multirun.yaml, no job dirs with .hydra/); "
-            "pass the folder printed by `python train.py -m ...` (outputs/<task>/multiruns/<date>)."
-        )
     records = [read_job(p) for p in job_dirs]
-    if not swept:  # no multirun.yaml: the keys that differ between jobs
-        keys = {k for r in records for k in r if "=" not in k and not k.startswith(("_", "job", "dir"))}
-        swept = sorted(k for k in keys if "/" not in k and len({str(r.get(k)) for r in records}) > 1)
     seen = {tuple(str(r.get(k)) for k in swept) for r in records}
     for job in expected:
         combo = tuple(job[k] for k in swept)
         if combo not in seen:
             seen.add(combo)
             records.append({**job, "job": "(not started)", "status": STATUS_MISSING})
-    return pd.DataFrame.from_records(records), swept
+    return records, swept
 
 
-def read_wandb(project: str, group: str | None) -> tuple[pd.DataFrame, list[str]]:
+def find_runs(path: Path) -> list[Path]:
+    """What ``path`` holds: itself when it is a run dir, else its run dirs and multirun dirs, one level down
+    (a multirun dir, a folder of single runs such as ``outputs/train/runs``, or a folder of multiruns).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist or holds no run (naming what a run dir holds).
+    """
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a Hydra multirun dir, a folder of runs or a run dir (no such folder); "
+                                "pass run dirs, a folder of runs (outputs/train/runs) or a multirun dir "
+                                "(outputs/<task>/multiruns/<date>).")
+    if _is_run_dir(path) or _is_sweep(path):
+        return [path]
+    found = sorted((p for p in path.iterdir() if p.is_dir() and (_is_run_dir(p) or _is_sweep(p))), key=_job_order)
+    if not found:
+        raise FileNotFoundError(
+            f"{path} is not a Hydra multirun dir and holds no runs (no multirun.yaml, no run dirs with .hydra/ "
+            "or metrics.json); pass the folder printed by `python train.py -m ...` (outputs/<task>/multiruns/<date>), "
+            "a folder of single runs (outputs/train/runs) or run dirs."
+        )
+    return found
+
+
+def read_runs(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
+    """Every run under ``paths`` (:func:`find_runs` each), as a DataFrame; the swept keys; the settings held fixed.
+
+    Swept keys: those a ``multirun.yaml`` sweeps, then every other relevant setting that differs between the
+    runs (:func:`attnbench.report_stats.split_settings`); fixed: the relevant settings all runs share. A run
+    found twice (two paths to it) counts once.
+
+    Raises:
+        FileNotFoundError: a path holds no run.
+    """
+    records: list[dict[str, Any]] = []
+    swept: list[str] = []
+    seen_dirs: set[Path] = set()
+    for path in paths:
+        for found in find_runs(Path(path)):
+            if _is_run_dir(found):
+                if found.resolve() not in seen_dirs:
+                    seen_dirs.add(found.resolve())
+                    records.append(read_job(found))
+                continue
+            sweep_records, sweep_keys = _read_sweep(found)
+            for r in sweep_records:
+                if r.get("dir") and Path(r["dir"]).resolve() in seen_dirs:
+                    continue
+                if r.get("dir"):
+                    seen_dirs.add(Path(r["dir"]).resolve())
+                records.append(r)
+            swept += [k for k in sweep_keys if k not in swept]
+    return _frame(records, swept)
+
+
+def _frame(records: list[dict[str, Any]], swept: list[str]) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
+    """The job table, swept keys (``swept`` first) and fixed settings of ``records`` (see :func:`read_runs`)."""
+    known = [{k: r[k] for k in r["_settings"]} for r in records if r.get("_settings")]
+    full = [s for s, r in zip(known, [r for r in records if r.get("_settings")]) if r.get("_config")] or known
+    partial = [s for s in known if not any(s is f for f in full)]  # run dirs without .hydra/: a few keys only
+    explicit = {k for r in records for k in r.get("_explicit") or ()}
+    varying, fixed = split_settings(full, explicit)
+    varying += [k for k in fixed if any(k in s and s[k] != fixed[k] for s in partial)]
+    swept = list(swept) + [k for k in varying if k not in swept]
+    for k in swept:
+        fixed.pop(k, None)
+    frame = pd.DataFrame.from_records(records)
+    for k in swept:  # a run without the key (a group option other groups lack) shows "–", never a dropped row
+        if k not in frame:
+            frame[k] = None
+    return frame, swept, fixed
+
+
+def read_multirun(multirun_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """All jobs of a multirun (or any folder of runs), finished, failed and missing, as a DataFrame; the swept keys.
+
+    Raises:
+        FileNotFoundError: ``multirun_dir`` holds neither ``multirun.yaml`` nor run dirs.
+    """
+    jobs, swept, _ = read_runs([multirun_dir])
+    return jobs, swept
+
+
+class WandbUnavailable(RuntimeError):
+    """The W&B API cannot be reached (offline machine, no credentials, unknown project)."""
+
+
+def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """Runs of a W&B project (optionally one group) through the public API, as :func:`read_job` records.
 
-    Needs network access and credentials. A run whose state is not
-    ``finished`` counts as failed. Swept keys: the run-config keys
-    ``attention.name``, ``data.name``, ``seed``, ``model.head_dim`` and
-    ``data.max_length`` that differ between runs.
-    """
-    import wandb
+    Each run's settings are its run config (the resolved Hydra config train.py stores), flattened, with
+    ``attention`` and ``data`` taken from ``attention.name`` and ``data.name``; its metrics are the numbers of
+    its summary. A run whose state is not ``finished`` counts as failed. Runs of ``job_type`` ``report``
+    (summary runs written by ``--wandb``) are skipped.
 
-    filters = {"group": group} if group else {}
+    Args:
+        api: a ``wandb.Api``-like object (``runs(path, filters=...)``); default: ``wandb.Api()``.
+
+    Raises:
+        WandbUnavailable: the API cannot be created or queried (one line saying why and what to do).
+    """
+    try:
+        if api is None:
+            import wandb
+
+            api = wandb.Api(timeout=20)
+        filters = {"group": group} if group else {}
+        runs = list(api.runs(project, filters=filters))
+    except Exception as err:  # noqa: BLE001 - any failure here means "W&B not reachable"
+        raise WandbUnavailable(
+            f"cannot read W&B project {project!r}{f' group {group!r}' if group else ''}: "
+            f"{type(err).__name__}: {' '.join(str(err).split())[:300]}. Reading runs from W&B needs network access "
+            "and credentials (`wandb login` or WANDB_API_KEY); offline, pass the run dirs instead."
+        ) from None
     records = []
-    for run in wandb.Api().runs(project, filters=filters):
-        config = run.config or {}
-        record: dict[str, Any] = {
-            "job": run.name, "dir": run.url, "attention": config.get("attention", {}).get("name"),
-            "data": config.get("data", {}).get("name"), "seed": str(config.get("seed")),
-            "model.head_dim": str(config.get("model", {}).get("head_dim")),
-            "data.max_length": str(config.get("data", {}).get("max_length")),
-            "_batch_size": config.get("data", {}).get("batch_size"),
-        }
-        summary = {k: v for k, v in dict(run.summary).items() if isinstance(v, (int, float))}
+    for run in runs:
+        if getattr(run, "job_type", None) == "report":
+            continue
+        config = dict(run.config or {})
+        settings = flatten_config(config)
+        for name in ("attention", "data"):
+            if f"{name}.name" in settings:
+                settings[name] = settings[f"{name}.name"]
+        record: dict[str, Any] = {"job": run.name, "dir": getattr(run, "url", None),
+                                  "_batch_size": (config.get("data") or {}).get("batch_size")}
+        summary = {k: v for k, v in dict(run.summary).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
         record["status"] = STATUS_OK if run.state == "finished" and ACC in summary else STATUS_FAILED
         if record["status"] == STATUS_FAILED:
-            record["error"] = f"W&B state {run.state}"
+            record["error"] = f"W&B state {run.state}" + ("" if ACC in summary else f", no {ACC} in its summary")
+        record.update(settings)
+        record["_settings"], record["_explicit"], record["_config"] = tuple(settings), (), True
         records.append(record)
-    frame = pd.DataFrame.from_records(records)
-    swept = [k for k in ("data", "data.max_length", "model.head_dim", "attention", "seed")
-             if k in frame and frame[k].nunique() > 1]
-    return frame, swept
+    if not records:
+        raise WandbUnavailable(f"W&B project {project!r}{f' group {group!r}' if group else ''} has no runs; "
+                               "check --wandb-project (entity/project) and --wandb-group.")
+    return _frame(records, [])
 
 
 # --------------------------------------------------------------------------- Markdown and plots
@@ -230,8 +385,11 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+ONE_SEED = "1 seed, no interval"
+
+
 def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
-    """The per-variant table as Markdown (accuracy as mean ± std [95% CI])."""
+    """The per-variant table as Markdown (accuracy as mean ± std [95% CI]; "1 seed, no interval" where n = 1)."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
                "train tok/s", "train steps/s", "test tok/s", "peak mem (MiB)", "params"]
@@ -239,20 +397,43 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, r in table.iterrows():
-        ci = (f"[{r.acc_mean - r.acc_ci:.4f}, {r.acc_mean + r.acc_ci:.4f}]" if not math.isnan(r.acc_ci) else "–")
+        if not math.isnan(r.acc_ci):
+            acc, ci = f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", f"[{r.acc_mean - r.acc_ci:.4f}, {r.acc_mean + r.acc_ci:.4f}]"
+        elif int(r.n) == 1:
+            acc, ci = f"{r.acc_mean:.4f}", ONE_SEED
+        else:
+            acc, ci = f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", "–"
         if r.get("attention") == baseline or math.isnan(r.diff_mean):
             diff = "–"
         elif math.isnan(r.diff_ci):
-            diff = f"{r.diff_mean:+.4f} (1 seed)"
+            diff = f"{r.diff_mean:+.4f} ({ONE_SEED})"
         else:
             diff = f"{r.diff_mean:+.4f} ± {r.diff_ci:.4f}"
-        cells = [str(r[k]) for k in variant_keys]
-        cells += [str(int(r.n)), f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", ci, diff, _fmt(r.get("train_tok_s"), 0),
+        cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
+        cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
                   _fmt(r.get("train_steps_s"), 2), _fmt(r.get("test_tok_s"), 0), _fmt(r.get("peak_mem_mb"), 0),
                   _fmt(r.get("params"), 0)]
         if has_diag:
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fixed_text(fixed: dict[str, str]) -> str:
+    """The settings held fixed as Markdown lines, one per top-level config key (``- data: max_length=64, ...``)."""
+    if not fixed:
+        return "Settings held fixed: none (every relevant setting differs between the runs, or none is known)."
+    by_group: dict[str, list[str]] = {}
+    for key, value in fixed.items():
+        group, _, leaf = key.partition(".")
+        if leaf:
+            by_group.setdefault(group, []).append(f"{leaf}={value}")
+        else:
+            by_group.setdefault(group, [])
+    lines = ["Settings held fixed (every run has these; paths, loggers and names left out):", ""]
+    for group, parts in by_group.items():
+        choice = f" ({fixed[group]})" if group in fixed and parts else (f": {fixed[group]}" if group in fixed else "")
+        lines.append(f"- **{group}**{choice}" + (f": {', '.join(parts)}" if parts else ""))
     return "\n".join(lines)
 
 
@@ -262,23 +443,49 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted(front)
 
 
-def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path) -> list[str]:
-    """Write the plots that the swept keys allow; returns their file names."""
-    import matplotlib
+def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -> None:
+    """Accuracy means at ``x``: with a 95% CI error bar where there are >= 2 seeds, a bare marker where one seed
+    gives no interval (never a zero-length bar that reads as certainty)."""
+    has_ci = group["acc_ci"].notna()
+    label = style.pop("label", None)
+    line = style.pop("line", False)
+    if line:
+        ax.plot(x, group["acc_mean"], "-", color=style.get("color"), alpha=0.6)
+    if has_ci.any():
+        bars = ax.errorbar(x[has_ci], group.loc[has_ci, "acc_mean"], yerr=group.loc[has_ci, "acc_ci"], fmt="o",
+                           capsize=3, label=label, **style)
+        style["color"] = bars[0].get_color()
+        label = None
+    if (~has_ci).any():
+        ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], "o", mfc="none", label=label, **style)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    written: list[str] = []
+def _title(setting: str, fixed: dict[str, str]) -> str:
+    import textwrap
+
+    return textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), 70)
+
+
+def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None) -> dict[str, Any]:
+    """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
+
+    Every title names the settings held fixed (:func:`attnbench.report_stats.headline`); accuracy has a 95% CI
+    bar only where >= 2 seeds give one (hollow markers: one seed, no interval).
+    """
+    from matplotlib.figure import Figure
+
+    fixed = fixed or {}
+    out: dict[str, Any] = {}
+    one_seed = (table["n"] < 2).any() if "n" in table else False
+    acc_label = "test accuracy (mean, 95% CI)" + ("; hollow: 1 seed, no interval" if one_seed else "")
     setting_keys = [k for k in variant_keys if k != "attention"]
-    settings = table.groupby(setting_keys, sort=False) if setting_keys else [((), table)]
-    settings = list(settings)
+    settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
-        fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4.2), squeeze=False)
+        fig = Figure(figsize=(5.5 * len(settings), 4.6), layout="tight")
+        axes = fig.subplots(1, len(settings), squeeze=False)
         for ax, (key, group) in zip(axes[0], settings):
             group = group.dropna(subset=["train_tok_s", "acc_mean"])
-            yerr = group["acc_ci"].fillna(0.0)
-            ax.errorbar(group["train_tok_s"], group["acc_mean"], yerr=yerr, fmt="o", capsize=3)
+            _accuracy_points(ax, group["train_tok_s"], group)
             for _, r in group.iterrows():
                 ax.annotate(str(r["attention"]), (r["train_tok_s"], r["acc_mean"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=8)
@@ -286,14 +493,11 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path) -> list[st
             if front:
                 ax.plot(*zip(*front), "--", color="grey", lw=1, label="Pareto front")
             key = key if isinstance(key, tuple) else (key,)
-            ax.set_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)) or "all jobs")
+            ax.set_title(_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)), fixed), fontsize=8)
             ax.set_xlabel("training tokens/s")
-            ax.set_ylabel("test accuracy (mean, 95% CI)")
-            ax.legend(loc="lower left", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "pareto.png", dpi=120)
-        plt.close(fig)
-        written.append("pareto.png")
+            ax.set_ylabel(acc_label, fontsize=8)
+            ax.legend(loc="best", fontsize=8)
+        out["pareto.png"] = fig
     for key, name, panels in (
         ("model.head_dim", "head_dim.png", (("acc_mean", "test accuracy"), ("saturated_frac", "saturated rows"))),
         ("data.max_length", "seq_len.png", (("train_tok_s", "training tokens/s"), ("peak_mem_mb", "peak memory (MiB)"))),
@@ -301,31 +505,47 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path) -> list[st
         if key not in table or "attention" not in table:
             continue
         panels = [p for p in panels if p[0] in table and table[p[0]].notna().any()]
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+        fig = Figure(figsize=(5.5 * len(panels), 4.6), layout="tight")
+        axes = fig.subplots(1, len(panels), squeeze=False)
         for ax, (column, label) in zip(axes[0], panels):
-            for attention, group in table.groupby("attention", sort=False):
+            for attention, group in table.groupby("attention", sort=False, dropna=False):
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
                 if column == "acc_mean":
-                    ax.errorbar(group["_x"], group[column], yerr=group["acc_ci"].fillna(0.0), marker="o",
-                                capsize=3, label=str(attention))
+                    _accuracy_points(ax, group["_x"], group, label=str(attention), line=True)
                 else:
                     ax.plot(group["_x"], group[column], marker="o", label=str(attention))
             ax.set_xscale("log", base=2)
             if column in ("train_tok_s", "peak_mem_mb"):
                 ax.set_yscale("log")
             ax.set_xlabel(key)
-            ax.set_ylabel(label)
+            ax.set_ylabel(acc_label if column == "acc_mean" else label, fontsize=8)
+            ax.set_title(_title("", fixed), fontsize=8)
             ax.legend(fontsize=8)
-        fig.tight_layout()
+        out[name] = fig
+    return out
+
+
+def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None) -> list[str]:
+    """Write :func:`figures` as PNGs into ``out``; returns their file names."""
+    written = []
+    for name, fig in figures(table, variant_keys, fixed).items():
         fig.savefig(out / name, dpi=120)
-        plt.close(fig)
         written.append(name)
     return written
 
 
-def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, baseline: str = "scaled_dot") -> str:
-    """Write ``report.md``, ``jobs.csv`` and the plots into ``out``; return the Markdown."""
+def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, baseline: str = "scaled_dot",
+                 fixed: dict[str, str] | None = None, attention_maps: bool = False) -> str:
+    """Write ``report.md``, ``report.csv`` (the per-variant table), ``jobs.csv`` and the plots into ``out``;
+    return the Markdown.
+
+    Args:
+        fixed: the settings held fixed (:func:`read_runs`); stated in the report and in every plot title.
+        attention_maps: also draw the attention maps of each finished run's best checkpoint, side by side
+            across score functions (:func:`attnbench.viz.attention_maps.report_figures`).
+    """
     out.mkdir(parents=True, exist_ok=True)
+    fixed = dict(fixed or {})
     variant_keys = [k for k in swept if k != "seed"]
     table = summarise(jobs, swept, baseline)
     counts = jobs["status"].value_counts().to_dict()
@@ -336,7 +556,10 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         f"{counts.get(STATUS_INCOMPLETE, 0)} incomplete (killed or still running), "
         f"{counts.get(STATUS_MISSING, 0)} not started. Swept: {', '.join(swept) or 'nothing'}.",
         "",
-        "Test accuracy over seeds: mean ± sample std, and the 95% Student-t confidence interval. "
+        f"Fixed: {headline(fixed)}.",
+        "",
+        "Test accuracy over seeds: mean ± sample std, and the 95% Student-t confidence interval "
+        f"({ONE_SEED!r} where one seed gives none). "
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "
         "Throughput and memory are means over seeds; peak memory on CPU is the process's peak RSS.",
         "",
@@ -358,43 +581,77 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
             cells += [str(r["status"]), step, error]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    plots = plot_all(table, variant_keys, out) if not table.empty else []
+    lines += ["## Settings", "", fixed_text(fixed), ""]
+    plots = plot_all(table, variant_keys, out, fixed) if not table.empty else []
     lines += [f"![{p}]({p})" for p in plots]
+    if attention_maps and not table.empty:
+        from attnbench.viz.attention_maps import report_figures
+
+        figures, notes = report_figures(jobs, swept, out, fixed)
+        if figures or notes:
+            lines += ["", "## Attention maps", "",
+                      "Attention weights of every layer and head (columns) on the same test sentences, one row per "
+                      "score function (its lowest finished seed, best checkpoint); rows of a heatmap are queries, "
+                      "columns keys, colour 0 (dark) to 1 (bright).", ""]
+            lines += [f"- {note}" for note in notes]
+            lines += [f"![{f}]({f})" for f in figures]
     markdown = "\n".join(lines).rstrip() + "\n"
     (out / "report.md").write_text(markdown)
     keep = [c for c in jobs.columns if not c.startswith("_")]
     jobs[keep].to_csv(out / "jobs.csv", index=False)
+    table.to_csv(out / "report.csv", index=False)
     return markdown
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Markdown report (mean ± std, 95% CI, paired Δ, cost, plots) of an attnbench multirun.",
+        description="Markdown report (mean ± std, 95% CI, paired Δ, cost, plots, attention maps) of any attnbench "
+                    "runs: a multirun dir, a folder of single runs, run dirs, or a W&B project/group.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("multirun_dir", nargs="?", type=Path, help="a Hydra multirun dir (outputs/<task>/multiruns/<date>)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the multirun dir)")
+    parser.add_argument("runs", nargs="*", type=Path,
+                        help="multirun dirs, folders of runs (outputs/train/runs) or run dirs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: the one folder given, else ./report)")
     parser.add_argument("--baseline", default="scaled_dot", help="score function the paired differences refer to")
     parser.add_argument("--wandb-project", default=None, help="read runs from W&B instead (entity/project; online)")
     parser.add_argument("--wandb-group", default=None, help="with --wandb-project: only this group")
+    parser.add_argument("--no-attention-maps", action="store_true",
+                        help="skip the attention-map figures (they load each run's best checkpoint)")
+    parser.add_argument("--wandb", action="store_true",
+                        help="also log the tables and plots into a summary run (job_type report) of the runs' W&B "
+                             "project and group (offline without credentials), and write wandb_workspace.json")
     args = parser.parse_args(argv)
     if args.wandb_project:
-        jobs, swept = read_wandb(args.wandb_project, args.wandb_group)
+        try:
+            jobs, swept, fixed = read_wandb(args.wandb_project, args.wandb_group)
+        except WandbUnavailable as err:
+            print(f"Error: {err}", file=sys.stderr)
+            return 1
         source = f"W&B {args.wandb_project}" + (f" group {args.wandb_group}" if args.wandb_group else "")
         out = args.out or Path("report")
-    elif args.multirun_dir is not None:
+    elif args.runs:
         try:
-            jobs, swept = read_multirun(args.multirun_dir)
+            jobs, swept, fixed = read_runs(args.runs)
         except FileNotFoundError as err:
-            print(f"error: {err}", file=sys.stderr)
+            print(f"Error: {err}", file=sys.stderr)
             return 1
-        source = str(args.multirun_dir)
-        out = args.out or args.multirun_dir
+        source = ", ".join(str(p) for p in args.runs)
+        out = args.out or (args.runs[0] if len(args.runs) == 1 and not _is_run_dir(args.runs[0]) else Path("report"))
     else:
-        parser.error("give a multirun dir, or --wandb-project")
-    markdown = build_report(jobs, swept, source, out, args.baseline)
+        parser.error("give run dirs, a folder of runs or a multirun dir, or --wandb-project")
+    maps = not args.no_attention_maps and not args.wandb_project
+    markdown = build_report(jobs, swept, source, out, args.baseline, fixed, attention_maps=maps)
     print(markdown)
-    print(f"Wrote {out / 'report.md'} and {out / 'jobs.csv'}", file=sys.stderr)
+    print(f"Wrote {out / 'report.md'}, {out / 'report.csv'} and {out / 'jobs.csv'}", file=sys.stderr)
+    if args.wandb:
+        from attnbench.viz.wandb_report import log_summary_run
+
+        try:
+            where = log_summary_run(out, jobs, swept, fixed, source, project=args.wandb_project, group=args.wandb_group)
+            print(f"W&B summary run: {where}", file=sys.stderr)
+        except Exception as err:  # noqa: BLE001 - the report on disk stands without W&B
+            print(f"Warning: W&B summary run not written: {type(err).__name__}: {err}", file=sys.stderr)
     return 0 if (jobs["status"] == STATUS_OK).any() else 1
 
 

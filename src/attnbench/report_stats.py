@@ -80,3 +80,107 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 row[column] = pd.to_numeric(group[metric], errors="coerce").mean() * scale
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- the settings of a set of runs
+
+# Config keys (dotted, or a dotted prefix) that never change what a run measures: where files go, how it is
+# logged or shown, names. They are neither a swept setting nor a setting "held fixed".
+IRRELEVANT_KEYS = (
+    "hydra", "logger", "callbacks", "run_name", "task_name", "tags", "ckpt_path", "optimized_metric", "output_dir",
+    "data.local_dir", "data.cache_dir", "data.num_workers", "data.hub_id", "data.hub_config",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.default_root_dir",
+    "trainer.log_every_n_steps", "trainer.logger",
+)
+# Config groups whose choice (``attention=additive``) names a setting; the others (logger, callbacks, hydra/*)
+# do not change what a run measures.
+SETTING_GROUPS = ("data", "model", "attention", "trainer", "experiment")
+# The fixed settings a plot title names (when held fixed), in this order: the rest are in report.md.
+HEADLINE_KEYS = (
+    "data", "model", "attention", "seed", "trainer.max_steps", "trainer.max_epochs", "data.max_train_samples",
+    "data.max_length", "model.head_dim", "data.batch_size", "optim.lr", "data.tokenizer.kind",
+)
+
+
+def format_setting(value: Any) -> str:
+    """One setting's value as text, as Hydra's override parser writes it (``null``, ``true``, ``0.001``, ``[1,2]``).
+
+    Config values (YAML scalars) and override strings (``sweep_string_iterator``) of the same value give the
+    same text, so a run's config and the sweep that asked for it agree.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple, dict)):
+        import json
+
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def is_relevant(key: str) -> bool:
+    """Whether config key ``key`` (dotted) can change what a run measures (not a path, a logger or a name)."""
+    if key.split(".")[-1] == "_target_" or key.startswith("_"):
+        return False
+    return not any(key == k or key.startswith(k + ".") for k in IRRELEVANT_KEYS)
+
+
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}`` (values through :func:`format_setting`); lists stay one value.
+
+    A W&B run config's ``{"value": ...}`` wrappers are not handled here: ``wandb.Api`` unwraps them.
+    """
+    flat: dict[str, str] = {}
+    for key, value in (config or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten_config(value, name + "."))
+        else:
+            flat[name] = format_setting(value)
+    return flat
+
+
+def split_settings(settings: list[dict[str, str]], explicit: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The swept keys and the settings held fixed over a set of runs.
+
+    Args:
+        settings: one ``key -> value`` dict per run whose settings are known (its config, flattened, and its
+            config-group choices such as ``attention``), values as :func:`format_setting` writes them.
+        explicit: keys the user set on the command line (overrides); they count even under a swept group.
+
+    Returns:
+        ``(swept, fixed)``: ``swept`` lists the relevant keys (:func:`is_relevant`) whose values differ
+        between runs, or which some runs lack, in the order they first appear, ``attention`` and ``seed`` last; a key under a swept config
+        group (``attention.hidden_dim`` when ``attention`` itself differs) is left out, since the group's
+        choice already names it, unless it is in ``explicit``. ``fixed`` maps every other relevant key
+        that all runs share to its one value; ``<group>.name`` is left out when it equals the group's choice.
+    """
+    explicit = set(explicit)
+    keys: list[str] = []
+    for run in settings:
+        keys.extend(k for k in run if k not in keys and is_relevant(k))
+    varying = [k for k in keys if len({run.get(k) for run in settings}) > 1]
+    swept_groups = {k for k in varying if k in SETTING_GROUPS}
+    swept = [k for k in varying
+             if k in explicit or not any(k.startswith(g + ".") for g in swept_groups)]
+    swept.sort(key=lambda k: (k == "seed", k == "attention"))  # settings, then the score function, then seeds
+    fixed: dict[str, str] = {}
+    if settings:
+        for k in keys:
+            if k in varying:
+                continue
+            group, _, leaf = k.partition(".")
+            if leaf == "name" and settings[0].get(group) == settings[0][k]:
+                continue
+            fixed[k] = settings[0][k]
+    return swept, fixed
+
+
+def headline(fixed: dict[str, str], limit: int = 10) -> str:
+    """The fixed settings a plot title shows: the first ``limit`` of :data:`HEADLINE_KEYS` held fixed, as
+    ``key=value`` joined by ``", "`` (``"nothing held fixed"`` when none is)."""
+    parts = [f"{k}={fixed[k]}" for k in HEADLINE_KEYS if k in fixed][:limit]
+    return ", ".join(parts) if parts else "nothing held fixed"

@@ -178,3 +178,73 @@ def test_summarise_reads_unreadable_metrics_as_missing():
     jobs = pd.DataFrame([_job("dot", 0, 0.7, **{"train/tokens_per_sec": "n/a"}),
                          _job("dot", 1, 0.7, **{"train/tokens_per_sec": 10.0})])
     assert summarise(jobs, ["attention", "seed"]).iloc[0]["train_tok_s"] == 10.0
+
+
+# --------------------------------------------------------------------------- the settings of a set of runs
+
+from attnbench.report_stats import (  # noqa: E402
+    flatten_config,
+    format_setting,
+    headline,
+    is_relevant,
+    split_settings,
+)
+
+
+def test_format_setting_writes_values_as_hydra_override_strings():
+    assert [format_setting(v) for v in (None, float("nan"), True, False, 0.001, 1e-08, 64, "sst2")] == \
+        ["null", "null", "true", "false", "0.001", "1e-08", "64", "sst2"]
+    assert format_setting([0.9, 0.98]) == "[0.9,0.98]" and format_setting({"a": 1}) == '{"a":1}'
+    assert format_setting((1, 2)) == "[1,2]"
+
+
+def test_flatten_config_dotted_keys():
+    config = {"data": {"name": "sst2", "tokenizer": {"kind": "bytes"}, "max_train_samples": None},
+              "seed": 3, "optim": {"betas": [0.9, 0.98]}, "empty": {}}
+    assert flatten_config(config) == {"data.name": "sst2", "data.tokenizer.kind": "bytes",
+                                      "data.max_train_samples": "null", "seed": "3", "optim.betas": "[0.9,0.98]",
+                                      "empty": "{}"}
+    assert flatten_config(None) == {}
+
+
+def test_is_relevant_leaves_out_paths_loggers_and_names():
+    for key in ("logger", "logger.wandb.group", "hydra.run.dir", "data.local_dir", "data.cache_dir",
+                "data._target_", "attention._target_", "run_name", "_batch_size", "trainer.enable_progress_bar",
+                "callbacks.run_stats.warmup_steps"):
+        assert not is_relevant(key), key
+    for key in ("data", "data.max_length", "data.local_dir_x", "loggerx", "seed", "trainer.max_steps", "optim.lr"):
+        assert is_relevant(key), key
+
+
+def test_split_settings_swept_and_fixed_by_hand():
+    runs = [
+        {"attention": "additive", "attention.name": "additive", "attention.hidden_dim": "32", "seed": "0",
+         "data": "sst2", "data.name": "sst2", "data.max_length": "64", "data.local_dir": "/a", "model.d_model": "64"},
+        {"attention": "dot", "attention.name": "dot", "seed": "1", "data": "sst2", "data.name": "sst2",
+         "data.max_length": "128", "data.local_dir": "/b", "model.d_model": "64"},
+    ]
+    swept, fixed = split_settings(runs)
+    # data.max_length differs; attention.* follows the swept attention group; seed and attention go last
+    assert swept == ["data.max_length", "attention", "seed"]
+    # data.name equals the data choice: left out; data.local_dir is a path: left out
+    assert fixed == {"data": "sst2", "model.d_model": "64"}
+    swept, _ = split_settings(runs, explicit=["attention.hidden_dim"])  # set on the command line: it counts
+    assert swept == ["attention.hidden_dim", "data.max_length", "attention", "seed"]
+    swept, fixed = split_settings(runs[:1])
+    assert swept == [] and fixed["attention.hidden_dim"] == "32" and "attention.name" not in fixed
+    assert split_settings([]) == ([], {})
+
+
+def test_split_settings_a_key_some_runs_lack_is_swept_and_a_renamed_group_name_is_fixed():
+    runs = [{"model": "small", "model.head_dim": "16", "data": "x", "data.name": "sst2"},
+            {"model": "small", "data": "x", "data.name": "sst2"}]
+    swept, fixed = split_settings(runs)
+    assert swept == ["model.head_dim"]
+    assert fixed == {"model": "small", "data": "x", "data.name": "sst2"}  # data.name differs from the choice: kept
+
+
+def test_headline_order_and_limit():
+    fixed = {"optim.lr": "0.001", "seed": "0", "data": "sst2", "trainer.max_steps": "150", "model.d_ff": "256"}
+    assert headline(fixed) == "data=sst2, seed=0, trainer.max_steps=150, optim.lr=0.001"
+    assert headline(fixed, limit=2) == "data=sst2, seed=0"
+    assert headline({"model.d_ff": "256"}) == "nothing held fixed"

@@ -134,7 +134,9 @@ def check_config(cfg: DictConfig) -> None:
         build_module(cfg, vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0)
     except InstantiationException as err:
         cause = err.__cause__
-        if isinstance(cause, ValueError | KeyError | TypeError):
+        # a ValueError/KeyError is a value the constructor refused (ConfigError is one); a TypeError is a bug
+        # in a constructor and keeps its own traceback
+        if isinstance(cause, ValueError | KeyError):
             raise invalid_config(cause) from None
         raise
 

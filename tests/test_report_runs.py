@@ -1,0 +1,281 @@
+"""scripts/report.py on any set of runs: a folder of single runs, run dirs, a sweep over several settings, W&B.
+
+Each run here is what train.py leaves (``.hydra/config.yaml``, ``hydra.yaml``'s choices, ``overrides.yaml``,
+``metrics.json``), written by hand so that the expected numbers are known; intervals come from scipy's t
+quantile, computed here independently of the report's code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+from matplotlib.container import ErrorbarContainer
+from scipy import stats
+
+from .conftest import REPO_ROOT
+
+spec = importlib.util.spec_from_file_location("report_runs", REPO_ROOT / "scripts" / "report.py")
+report = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(report)
+
+
+def _config(attention: str, seed: int, data: str = "sst2", head_dim: int | None = None, max_steps: int = 150,
+            run: int = 0) -> dict:
+    """A composed config as train.py's .hydra/config.yaml holds it (the parts the report reads)."""
+    return {
+        "attention": {"name": attention, "_target_": f"attnbench.attention.{attention}",
+                      **({"hidden_dim": 32} if attention == "additive" else {})},
+        "model": {"d_model": 64, "n_heads": 2, "head_dim": head_dim, "n_layers": 1},
+        "data": {"_target_": "attnbench.data.TextClassificationDataModule", "name": data, "max_length": 64,
+                 "batch_size": 32, "max_train_samples": 2000, "local_dir": f"/data/{run}",
+                 "cache_dir": f"/cache/{run}", "tokenizer": {"kind": "wordpiece", "vocab_size": 16000}},
+        "trainer": {"max_steps": max_steps, "max_epochs": 3, "enable_progress_bar": run % 2 == 0},
+        "logger": {"wandb": {"project": "attnbench", "group": None}} if run % 2 else {"csv": {}},
+        "optim": {"lr": 0.001},
+        "seed": seed, "task_name": "train", "run_name": f"{attention}-{data}-s{seed}", "tags": [],
+    }
+
+
+def _run(root: Path, name: str, config: dict, overrides: list[str], metrics: dict | None, model: str = "tiny",
+         log: str = "") -> Path:
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    choices = {"attention": config["attention"]["name"], "data": config["data"]["name"], "model": model,
+               "trainer": "default", "logger": "csv" if "csv" in config["logger"] else "wandb",
+               "callbacks": "default", "experiment": None, "hydra/launcher": "basic"}
+    (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+    (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    (run / "train.log").write_text(log)
+    if metrics is not None:
+        (run / "metrics.json").write_text(json.dumps({**metrics, "attention": config["attention"]["name"],
+                                                      "seed": config["seed"], "data": config["data"]["name"]}))
+    return run
+
+
+def _metrics(acc: float, speed: float = 1000.0) -> dict:
+    return {"test/acc": acc, "train/tokens_per_sec": speed, "train/samples_per_sec": speed / 10,
+            "test/tokens_per_sec": 4 * speed, "perf/peak_mem_bytes": 2.0**29, "model/params": 5000.0}
+
+
+@pytest.fixture
+def runs_folder(tmp_path):
+    """outputs/train/runs as a user has it: single runs started with different command lines (one with
+    logger=csv, one with a typo'd run that failed), each one seed, same data and steps."""
+    root = tmp_path / "runs"
+    _run(root, "2026-11-30_05-00-00_scaled_dot-sst2-s0", _config("scaled_dot", 0, run=0),
+         ["trainer.max_steps=150", "logger=csv"], _metrics(0.80, 8000.0))
+    _run(root, "2026-11-30_05-01-00_dot-sst2-s0", _config("dot", 0, run=1),
+         ["attention=dot", "trainer.max_steps=150"], _metrics(0.78, 8100.0))
+    _run(root, "2026-11-30_05-02-00_additive-sst2-s0", _config("additive", 0, run=2),
+         ["attention=additive", "trainer.max_steps=150", "data.max_train_samples=2000"], _metrics(0.79, 2000.0))
+    _run(root, "2026-11-30_05-03-00_additive-sst2-s0", _config("additive", 0, run=3),
+         ["attention=additive", "trainer.max_steps=150", "optim.lr=1e-3"], None,
+         log="[2026-11-30 05:03:09,000][attnbench][ERROR] Error: Loss became NaN at step 12: lower optim.lr\n")
+    (root / "notes").mkdir()  # a folder that is not a run is skipped
+    return root
+
+
+def test_folder_of_single_runs(runs_folder, tmp_path, capsys):
+    """Before: runs whose overrides differ (logger=csv in one only) gave NaN variant keys; the plot's groupby
+    dropped them and `report.py outputs/train/runs` ended in `ValueError: Number of columns must be a
+    positive integer, not 0`."""
+    out = tmp_path / "out"
+    assert report.main([str(runs_folder), "--out", str(out), "--no-attention-maps"]) == 0
+    markdown = capsys.readouterr().out
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    # only the score function differs in what matters: paths, loggers, progress bars and run names do not count
+    assert swept == ["attention"]
+    assert len(jobs) == 4 and sorted(jobs["status"]) == ["failed", "finished", "finished", "finished"]
+    assert fixed["trainer.max_steps"] == "150" and fixed["data"] == "sst2" and fixed["model"] == "tiny"
+    assert fixed["optim.lr"] == "0.001" and fixed["seed"] == "0" and fixed["data.max_train_samples"] == "2000"
+    assert not any(k.startswith(("logger", "data.local_dir", "data.cache_dir", "run_name", "trainer.enable_progress"))
+                   for k in fixed)
+    assert "attention.hidden_dim" not in fixed and "attention.hidden_dim" not in swept  # named by attention itself
+    assert ("Fixed: data=sst2, model=tiny, seed=0, trainer.max_steps=150, trainer.max_epochs=3, "
+            "data.max_train_samples=2000, data.max_length=64, model.head_dim=null, data.batch_size=32, "
+            "optim.lr=0.001.") in markdown
+    assert "- **trainer** (default): max_epochs=3, max_steps=150" in markdown  # the full list under "Settings"
+    # one seed each: no interval, said in words
+    assert "| scaled_dot | 1 | 0.8000 | 1 seed, no interval | – |" in markdown
+    assert "| dot | 1 | 0.7800 | 1 seed, no interval | -0.0200 (1 seed, no interval) |" in markdown
+    assert "Loss became NaN at step 12" in markdown
+    assert (out / "pareto.png").stat().st_size > 10_000
+    table = pd.read_csv(out / "report.csv").set_index("attention")
+    assert table.loc["additive", "acc_mean"] == pytest.approx(0.79) and table.loc["additive", "n"] == 1
+
+
+def test_one_seed_draws_no_error_bars_and_titles_name_the_fixed_settings(runs_folder):
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    table = report.summarise(jobs, swept)
+    figs = report.figures(table, [k for k in swept if k != "seed"], fixed)
+    (ax,) = figs["pareto.png"].axes
+    assert not [c for c in ax.containers if isinstance(c, ErrorbarContainer)]  # no bar where one seed gives none
+    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert sorted(float(y) for line in points for y in line.get_ydata()) == pytest.approx([0.78, 0.79, 0.80])
+    assert "fixed: data=sst2, model=tiny, seed=0, trainer.max_steps=150" in ax.get_title().replace("\n", " ")
+    assert "1 seed, no interval" in ax.get_ylabel()
+
+
+def _sweep_runs(root: Path) -> dict:
+    """datasets x head_dims x {scaled_dot, additive} x 3 seeds, as single runs in one folder. Within every
+    setting additive is exactly 0.01·(1 + seed) above the baseline; the baselines differ by 0.05-0.25 between
+    settings, so pairing across settings would give another Δ."""
+    base = {("sst2", 16): 0.80, ("sst2", 64): 0.75, ("trec", 16): 0.60, ("trec", 64): 0.85}
+    n = 0
+    for (data, head_dim), acc in base.items():
+        for seed in range(3):
+            for attention in ("scaled_dot", "additive"):
+                value = acc + 0.002 * seed + (0.01 * (1 + seed) if attention == "additive" else 0.0)
+                _run(root, f"{n:02d}_{attention}-{data}-dk{head_dim}-s{seed}",
+                     _config(attention, seed, data=data, head_dim=head_dim, run=n),
+                     [f"attention={attention}", f"data={data}", f"model.head_dim={head_dim}", f"seed={seed}"],
+                     _metrics(value))
+                n += 1
+    return base
+
+
+def test_paired_delta_stays_within_each_setting(tmp_path):
+    root = tmp_path / "sweep"
+    base = _sweep_runs(root)
+    jobs, swept, fixed = report.read_runs([root])
+    assert set(swept) == {"attention", "data", "model.head_dim", "seed"}
+    assert "model.head_dim" not in fixed and fixed["trainer.max_steps"] == "150"
+    table = report.summarise(jobs, swept)
+    additive = table[table["attention"] == "additive"]
+    assert len(additive) == 4
+    t = stats.t.ppf(0.975, df=2)
+    for _, row in additive.iterrows():
+        assert row["diff_n"] == 3
+        assert row["diff_mean"] == pytest.approx(0.02, abs=1e-12)  # differences 0.01, 0.02, 0.03
+        assert row["diff_ci"] == pytest.approx(t * 0.01 / math.sqrt(3), rel=1e-9)
+        acc = base[row["data"], int(row["model.head_dim"])]
+        values = [acc + 0.002 * s + 0.01 * (1 + s) for s in range(3)]
+        mean = sum(values) / 3
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / 2)
+        assert row["acc_mean"] == pytest.approx(mean, rel=1e-12)
+        assert row["acc_ci"] == pytest.approx(t * std / math.sqrt(3), rel=1e-9)
+    markdown = report.build_report(jobs, swept, str(root), tmp_path / "out", fixed=fixed)
+    half = t * 0.01 / math.sqrt(3)
+    for data, head_dim in base:
+        assert f"| {data} | {head_dim} | additive | 3 |" in markdown
+    assert markdown.count(f"| +0.0200 ± {half:.4f} |") == 4
+    # three seeds: the pareto plot has its interval bars, of the hand-computed half-width
+    figs = report.figures(table, ["data", "model.head_dim", "attention"], fixed)
+    bars = [c for ax in figs["pareto.png"].axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 4
+    segments = bars[0].lines[2][0].get_segments()  # sst2, head_dim 16: scaled_dot then additive
+    # seeds' offsets 0, .002, .004 (std .002) and .01, .022, .034 (std .012): bar = 2 · t · std / sqrt(3)
+    assert [s[1][1] - s[0][1] for s in segments] == pytest.approx(
+        [2 * t * 0.002 / math.sqrt(3), 2 * t * 0.012 / math.sqrt(3)], rel=1e-6)
+    assert "head_dim.png" in figs
+
+
+def test_list_of_run_dirs_and_a_folder_of_sweeps(runs_folder, tmp_path):
+    dirs = sorted(p for p in runs_folder.iterdir() if p.name.startswith("2026"))
+    jobs, swept, _ = report.read_runs([dirs[0], dirs[1], dirs[0]])  # a run named twice counts once
+    assert len(jobs) == 2 and swept == ["attention"]
+    sweeps = tmp_path / "multiruns"
+    _sweep_runs(sweeps / "2026-11-30_06-00-00")
+    jobs, swept, _ = report.read_runs([sweeps])  # a folder holding sweeps: every job of each
+    assert len(jobs) == 24 and (jobs["status"] == "finished").all()
+
+
+def test_a_folder_without_runs_is_one_clear_error(tmp_path, capsys):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    assert report.main([str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "holds no runs" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- W&B as the source
+
+
+class FakeRun(SimpleNamespace):
+    pass
+
+
+class FakeApi:
+    """What report.py uses of ``wandb.Api``: ``runs(path, filters=...)`` of runs with config/summary/state."""
+
+    def __init__(self, runs):
+        self._runs = runs
+        self.calls = []
+
+    def runs(self, path, filters=None):
+        self.calls.append((path, filters))
+        return iter(self._runs)
+
+
+def _wandb_runs():
+    runs = []
+    for i, (attention, seed, acc, state) in enumerate([
+        ("scaled_dot", 0, 0.80, "finished"), ("scaled_dot", 1, 0.82, "finished"),
+        ("additive", 0, 0.78, "finished"), ("additive", 1, 0.81, "finished"), ("additive", 2, None, "crashed"),
+    ]):
+        config = _config(attention, seed, run=i)
+        summary = {"test/acc": acc, "train/tokens_per_sec": 1000.0 + i, "_step": 150, "flag": True,
+                   "attention_maps": {"_type": "images/separated"}} if acc is not None else {"_step": 12}
+        runs.append(FakeRun(name=f"{attention}-sst2-s{seed}", url=f"https://wandb.ai/me/attnbench/runs/{i}",
+                            config=config, summary=summary, state=state, job_type=None))
+    runs.append(FakeRun(name="report-g", url="u", config={"source": "x"}, summary={"test/acc": 1.0},
+                        state="finished", job_type="report"))
+    return runs
+
+
+def test_wandb_project_group_through_the_api(tmp_path):
+    api = FakeApi(_wandb_runs())
+    jobs, swept, fixed = report.read_wandb("me/attnbench", "train-g", api=api)
+    assert api.calls == [("me/attnbench", {"group": "train-g"})]
+    assert len(jobs) == 5  # the summary run of an earlier report is not a run of the comparison
+    assert swept == ["attention", "seed"] and fixed["trainer.max_steps"] == "150" and fixed["data"] == "sst2"
+    crashed = jobs[jobs["status"] == "failed"].iloc[0]
+    assert crashed["error"] == "W&B state crashed, no test/acc in its summary"
+    table = report.summarise(jobs, swept).set_index("attention")
+    assert table.loc["additive", "diff_mean"] == pytest.approx(((0.78 - 0.80) + (0.81 - 0.82)) / 2)
+    assert table.loc["scaled_dot", "acc_mean"] == pytest.approx(0.81)
+    assert table.loc["scaled_dot", "acc_ci"] == pytest.approx(
+        stats.t.ppf(0.975, 1) * stats.tstd([0.80, 0.82]) / math.sqrt(2), rel=1e-9)
+    markdown = report.build_report(jobs, swept, "W&B me/attnbench group train-g", tmp_path, fixed=fixed)
+    assert "Jobs: 5 — 4 finished, 1 failed" in markdown and "Fixed: data=sst2, model=tiny" not in markdown
+    assert "Fixed: data=sst2, trainer.max_steps=150" in markdown  # W&B configs carry no group choice for model
+
+
+def test_wandb_unreachable_is_one_clear_error(monkeypatch, capsys):
+    class Unreachable:
+        def runs(self, path, filters=None):
+            raise ConnectionError("Max retries exceeded with url: /graphql (Failed to resolve 'api.wandb.ai')")
+
+    with pytest.raises(report.WandbUnavailable, match=r"cannot read W&B project 'me/attnbench' group 'g': "
+                                                      r"ConnectionError: Max retries exceeded.*offline, pass the run"):
+        report.read_wandb("me/attnbench", "g", api=Unreachable())
+    import wandb
+
+    def no_api(*args, **kwargs):
+        raise wandb.errors.UsageError("api_key not configured (no-tty). call wandb.login(key=[your_api_key])")
+
+    monkeypatch.setattr(wandb, "Api", no_api)
+    assert report.main(["--wandb-project", "me/attnbench", "--wandb-group", "g"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: cannot read W&B project 'me/attnbench' group 'g': UsageError: api_key not")
+    assert "Traceback" not in err
+
+
+def test_a_run_dir_without_hydra_counts_on_the_keys_it_has(runs_folder):
+    bare = runs_folder / "copied-run"
+    bare.mkdir()
+    (bare / "metrics.json").write_text(json.dumps({**_metrics(0.7), "attention": "cosine", "seed": 0, "data": "sst2"}))
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    assert swept == ["attention"] and fixed["trainer.max_steps"] == "150"  # its missing config keys change nothing
+    row = jobs[jobs["job"] == "copied-run"].iloc[0]
+    assert (row["attention"], row["seed"], row["status"]) == ("cosine", "0", "finished")
+    (bare / "metrics.json").write_text(json.dumps({**_metrics(0.7), "attention": "cosine", "seed": 5, "data": "sst2"}))
+    jobs, swept, fixed = report.read_runs([runs_folder])
+    assert swept == ["attention", "seed"] and "seed" not in fixed

@@ -227,7 +227,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
 
     try:
-        datamodule: TextClassificationDataModule = instantiate(cfg.data)
+        datamodule: TextClassificationDataModule = instantiate(cfg.data, seed=cfg.seed)
     except InstantiationException as err:  # Hydra wraps constructor errors; show ours as they are
         if isinstance(err.__cause__, AttnbenchError):
             raise err.__cause__ from None

@@ -297,6 +297,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         :meth:`setup` finds the cache by its key.
         """
         target, hit = self._ensure_cache()
+        if self.cache_dir == target:  # Lightning calls it again in fit and test: said once
+            return
         if hit:
             log.info("Reusing tokenized %s from cache %s", self.name, target)
         else:

@@ -94,6 +94,8 @@ def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: 
         names = sorted({y for y in train_labels if y is not None})  # string labels: classes in sorted order
     else:
         names = [str(x) for x in sorted({y for y in train_labels if isinstance(y, int) and y >= 0})]
+    if len(names) < 2:  # before the range check: 'only 1 class' says more than 'outside 0..0'
+        _refuse_single_class(names, train_labels, name, train_split, label_column)
     for split, ds in raw.items():
         labels = column(ds, label_column)
         if string_labels:
@@ -116,13 +118,7 @@ def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: 
                 f"{name}/{split}: {len(bad_values):,} of {len(labels):,} rows have labels outside the class "
                 f"set 0..{len(names) - 1} ({', '.join(examples)}).{hint}"
             )
-    present = {y for y in train_labels}
-    if len(names) < 2 or len(present) < 2:
-        raise DataConfigError(
-            f"{name}/{train_split}: only {len(present)} class(es) present in label column "
-            f"{label_column!r} ({sorted(map(str, present))[:5]}); a classifier needs >= 2. Check "
-            "data.label_column, or the file (was it filtered to one class?)."
-        )
+    _refuse_single_class(names, train_labels, name, train_split, label_column)
     return names
 
 def align_class_names(raw: datasets.DatasetDict, name: str, train_split: str, label_column: str,
@@ -156,3 +152,13 @@ def label_ids(labels: list[Any], names: list[str]) -> list[int]:
         return [index[y] for y in labels]
     return [int(y) for y in labels]
 
+
+def _refuse_single_class(names: list[str], train_labels: list[Any], name: str, train_split: str,
+                         label_column: str) -> None:
+    present = {y for y in train_labels}
+    if len(names) < 2 or len(present) < 2:
+        raise DataConfigError(
+            f"{name}/{train_split}: only {len(present)} class(es) present in label column "
+            f"{label_column!r} ({sorted(map(str, present))[:5]}); a classifier needs >= 2. Check "
+            "data.label_column, or the file (was it filtered to one class?)."
+        )

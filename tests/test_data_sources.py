@@ -154,8 +154,8 @@ def test_ten_fold_cross_validation_is_one_multirun(sst2_sample, tmp_path, data_d
     path = write(sst2_sample, tmp_path / "reviews.csv")
     sweep = tmp_path / "sweep"
     proc = run_train(["-m", "data=files", "data.name=reviews", f"data.data_files={path}", "data.test_split=null",
-                      "data.cv_folds=10", "data.fold=0,1,2", *TINY_RUN, f"hydra.sweep.dir={sweep}"],
-                     data_dir, cache_dir, tmp_path)
+                      "data.cv_folds=10", "data.fold=0,1,2", "data.text_column=sentence", *TINY_RUN,
+                      f"hydra.sweep.dir={sweep}"], data_dir, cache_dir, tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "metrics.json").is_file())
     assert len(jobs) == 3
@@ -322,3 +322,26 @@ def test_fresh_machine_trains_on_the_packaged_data(tmp_path, data_dir):
     meta = json.loads((next(cache.glob("sst2-*")) / "meta.json").read_text())
     assert meta["source"] == "package:sst2" and meta["counts"]["test"] == 872
     assert meta["counts"]["train"] + meta["counts"]["val"] == 67_349
+
+
+# --------------------------------------------------------------------------------------------- cache key
+NEW_KEY_SETTINGS = [
+    ("text_pair_column", "other"), ("val_split", None), ("test_split", None), ("test_size", 30),
+    ("cv_folds", 5), ("fold", 1), ("builder", "tsv"),
+]
+
+
+@pytest.mark.parametrize("key, value", NEW_KEY_SETTINGS, ids=[f"{k}={v}" for k, v in NEW_KEY_SETTINGS])
+def test_every_new_setting_that_changes_the_splits_changes_the_cache_key(sst2_sample, tmp_path, key, value):
+    """The settings issue 12 added are in the key; test_data_trust covers the others."""
+    df = sst2_sample.iloc[:120].assign(other=sst2_sample["sentence"].iloc[120:240].to_numpy())
+    files = {s: str(write(part, tmp_path / f"{s}.csv")) for s, part in
+             (("train", df.iloc[:80]), ("validation", df.iloc[80:100]), ("test", df.iloc[100:]))}
+    base = dict(data_files=files, test_split=None, cv_folds=3) if key == "fold" else \
+        dict(data_files=files, test_split=None) if key in ("test_size", "cv_folds") else dict(data_files=files)
+    # builder=tsv: the same bytes read as TSV are another table (one column): another key
+    first = module(tmp_path, **base)
+    other = module(tmp_path, **{**base, key: value})
+    assert other._locate()[0] != first._locate()[0]
+    again = module(tmp_path, **{**base, key: value})
+    assert again._locate()[0] == other._locate()[0]

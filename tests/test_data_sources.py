@@ -345,3 +345,34 @@ def test_every_new_setting_that_changes_the_splits_changes_the_cache_key(sst2_sa
     assert other._locate()[0] != first._locate()[0]
     again = module(tmp_path, **{**base, key: value})
     assert again._locate()[0] == other._locate()[0]
+
+
+# ------------------------------------------------------------------ other shapes, by config alone (issue 12, 4.)
+def test_train_dev_test_with_a_dev_split_is_used_as_validation(data_dir, tmp_path):
+    """TREC (6 classes) in the mirror layout with a `dev` split: `val_split: auto` takes it."""
+    train = datasets.Dataset.from_parquet(str(data_dir / "trec" / "train.parquet"))  # keeps the ClassLabel names
+    root = tmp_path / "mirror" / "six"
+    root.mkdir(parents=True)
+    train.select(range(4000)).to_parquet(str(root / "train.parquet"))
+    train.select(range(4000, len(train))).to_parquet(str(root / "dev.parquet"))
+    (root / "test.parquet").write_bytes((data_dir / "trec" / "test.parquet").read_bytes())
+    dm = TextClassificationDataModule(name="six", hub_id=None, text_column="text", label_column="coarse_label",
+                                      local_dir=str(tmp_path / "mirror"), cache_dir=str(tmp_path / "cache"),
+                                      max_length=32, tokenizer={"vocab_size": 2000, "min_frequency": 1})
+    dm.setup()
+    assert [len(dm.splits[s]) for s in ("train", "val", "test")] == [4000, 1452, 500]
+    assert dm.label_names == ["ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"]
+
+
+def test_a_test_only_dataset_is_carved_into_train_val_and_test(data_dir, tmp_path):
+    root = tmp_path / "mirror" / "only"
+    root.mkdir(parents=True)
+    (root / "test.parquet").write_bytes((data_dir / "trec" / "test.parquet").read_bytes())
+    dm = TextClassificationDataModule(name="only", hub_id=None, text_column="text", label_column="coarse_label",
+                                      train_split="test", test_split=None, test_size=0.2, val_size=0.1,
+                                      local_dir=str(tmp_path / "mirror"), cache_dir=str(tmp_path / "cache"),
+                                      max_length=32, tokenizer={"vocab_size": 1000, "min_frequency": 1})
+    dm.setup()
+    sizes = [len(dm.splits[s]) for s in ("train", "val", "test")]
+    assert sum(sizes) == 500 and 90 <= sizes[2] <= 100 and sizes[1] >= 30
+    assert set().union(*(set(dm.splits[s].row_ids) for s in ("train", "val", "test"))) == set(range(500))

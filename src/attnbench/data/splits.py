@@ -319,14 +319,15 @@ def carve_stratified(texts: Sequence[str], labels: Sequence[int], n_held: int, s
     """A held-out set (a carved test split) with about the class proportions of ``labels``, sharing no text with
     the rest.
 
-    Each class's rows are carved with :func:`carve_disjoint` (``round(n_held * class share)`` rows, same seed), so
+    Each class's rows are carved with :func:`carve_disjoint` (``n_held`` × the class share, same seed), so
     identical and contained texts stay together within a class; a final pass over all classes then moves to
     training every held-out text that occurs in a training text of any class (the guarantee of
     :func:`carve_disjoint`: no held-out text equals or is a substring of a training text).
 
     Args:
         texts: one text per row; labels: the row's class id.
-        n_held: rows to hold out (at most; whole groups of texts only).
+        n_held: rows to hold out (at most: whole groups of texts only; per class, its share rounded by largest
+            remainder).
         seed: seed of the carving (``data.split_seed``).
 
     Returns:
@@ -339,9 +340,14 @@ def carve_stratified(texts: Sequence[str], labels: Sequence[int], n_held: int, s
     train: list[int] = []
     held: list[int] = []
     phrase_level, searched, moved = False, True, 0
+    # rows per class: n_held * class share, rounded by largest remainder so that they add up to n_held
+    quota = {y: n_held * len(rows) / n for y, rows in by_class.items()}
+    alloc = {y: int(q) for y, q in quota.items()}
+    for y in sorted(quota, key=lambda y: (alloc[y] - quota[y], y))[: n_held - sum(alloc.values())]:
+        alloc[y] += 1
     for y in sorted(by_class):
         rows = by_class[y]
-        n_c = round(n_held * len(rows) / n)
+        n_c = alloc[y]
         if n_c < 1 or len(rows) < 2:
             train += rows
             continue

@@ -376,3 +376,17 @@ def test_a_test_only_dataset_is_carved_into_train_val_and_test(data_dir, tmp_pat
     sizes = [len(dm.splits[s]) for s in ("train", "val", "test")]
     assert sum(sizes) == 500 and 90 <= sizes[2] <= 100 and sizes[1] >= 30
     assert set().union(*(set(dm.splits[s].row_ids) for s in ("train", "val", "test"))) == set(range(500))
+
+
+@pytest.mark.parametrize("preset, key", [("hub", "data.hub_id is null"), ("files", "data.data_files")])
+def test_generic_presets_without_their_dataset_name_the_key(tmp_path, preset, key):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"data={preset}", f"data.local_dir={tmp_path}",
+                                          f"data.cache_dir={tmp_path / 'cache'}"])
+    dm = instantiate(cfg.data, seed=cfg.seed)
+    with pytest.raises(DataUnavailableError) as err:
+        dm.prepare_data()
+    assert key in str(err.value) and "stanfordnlp" not in str(err.value)

@@ -164,7 +164,7 @@ def flops_of_batches(module: nn.Module, batches: list[dict]) -> dict[str, float]
 
 def _datamodule(cfg):
     """The config's data module, prepared (tokenized, or read from the cache) and set up for fitting."""
-    dm = instantiate(cfg.data)
+    dm = instantiate(cfg.data, seed=cfg.seed)  # the epoch order is a function of (seed, epoch)
     dm.prepare_data()
     dm.setup("fit")
     return dm

@@ -117,7 +117,7 @@ def test_a_data_fault_leaves_failure_json(tmp_path, cache_dir):
     env = train_env(tmp_path / "data", cache_dir)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # the Hub fails at once instead of after retries
     run_dir = tmp_path / "run"
-    proc = _train([*TINY, "logger=csv", f"hydra.run.dir={run_dir}"], env, expect=1)
+    proc = _train([*TINY, "logger=csv", "data.packaged=false", f"hydra.run.dir={run_dir}"], env, expect=1)  # no packaged copy
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "missing: validation.parquet" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr

@@ -88,7 +88,8 @@ def test_no_local_files_and_no_hub_gives_one_clear_error(tmp_path, monkeypatch):
         raise ConnectionError("Couldn't reach 'stanfordnlp/sst2' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(data_mod.datasets, "load_dataset", offline)
-    dm = TextClassificationDataModule(**SST2, local_dir=str(tmp_path / "nowhere"), cache_dir=str(tmp_path))
+    dm = TextClassificationDataModule(**SST2, local_dir=str(tmp_path / "nowhere"), cache_dir=str(tmp_path),
+                                      packaged=False)  # the packaged copy is the last resort (test_data_sources)
     with pytest.raises(DataUnavailableError) as err:
         dm.prepare_data()
     msg = str(err.value)
@@ -130,7 +131,7 @@ def test_token_ids_do_not_depend_on_the_training_run(data_dir, kind):
 
 def test_sst2_validation_text_is_never_inside_a_training_text(sst2, data_dir):
     """SST-2 train is phrases: a random 5% carve put 88.7% of the validation phrases inside a training phrase."""
-    from attnbench.splits import normal_form
+    from attnbench.data.splits import normal_form
 
     dm, _ = sst2
     texts = pd.read_parquet(data_dir / "sst2" / "train.parquet")["sentence"].tolist()

@@ -201,3 +201,128 @@ def test_bad_sizes_are_refused_at_construction(tmp_path, key, value, message):
     with pytest.raises(DataConfigError) as err:
         toy_module(tmp_path, tmp_path / "cache", **{key: value})
     assert str(err.value) == message
+
+
+# ------------------------------------------------------------- the same faults in CSV and JSON Lines files (issue 12)
+def write_file(root: Path, split: str, data: dict[str, list], fmt: str) -> str:
+    """``<root>/<split>.<fmt>`` written with pandas (as a user exports their own data)."""
+    import pandas as pd
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{split}.{fmt}"
+    df = pd.DataFrame(data)
+    if fmt == "csv":
+        df.to_csv(path, index=False)
+    else:
+        df.to_json(path, orient="records", lines=True)
+    return str(path)
+
+
+def files_module(tmp_path: Path, fmt: str, train: dict, test: dict, **kwargs) -> TextClassificationDataModule:
+    files = {"train": write_file(tmp_path / "files", "train", train, fmt),
+             "test": write_file(tmp_path / "files", "test", test, fmt)}
+    return toy_module(tmp_path / "nowhere", tmp_path / "cache", data_files=files, **kwargs)
+
+
+FORMATS = ["csv", "jsonl"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("key, value, message", [
+    ("text_column", "sentence", ("toy/train has no column 'sentence'; its columns are ['text', 'label']. "
+                                "Set data.text_column / data.label_column.")),
+    ("label_column", "stars", "toy/train has no column 'stars'; its columns are ['text', 'label']."),
+])
+def test_missing_column_in_csv_and_jsonl(tmp_path, fmt, key, value, message):
+    with pytest.raises(DataConfigError) as err:
+        files_module(tmp_path, fmt, rows(20), rows(10), **{key: value}).prepare_data()
+    assert message in str(err.value)
+    assert_nothing_cached(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("split, labels, message", [
+    ("test", [-1] * 10, ("toy/test: 10 of 10 rows have labels outside the class set 0..1 (-1). Labels of -1 mark "
+                        "an unlabeled split")),
+    ("train", [0, 1, 7, 1, 0] * 6, ("toy/train: 6 of 30 rows have labels outside the class set 0..2 (7). Integer "
+                                   "labels must run 0..K-1 without gaps (train has ['0', '1', '7']); renumber them")),
+    ("train", [1] * 30, "toy/train: only 1 class(es) present in label column 'label' (['1']); a classifier needs >= 2."),
+])
+def test_label_faults_in_csv_and_jsonl(tmp_path, fmt, split, labels, message):
+    data = {"train": rows(30), "test": rows(10)}
+    data[split]["label"] = labels
+    with pytest.raises(DataConfigError) as err:
+        files_module(tmp_path, fmt, data["train"], data["test"]).prepare_data()
+    assert message in str(err.value)
+    assert_nothing_cached(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_string_labels_outside_the_training_classes_in_csv_and_jsonl(tmp_path, fmt):
+    train = {"text": rows(30)["text"], "label": ["neg", "pos"] * 15}
+    test = {"text": rows(10)["text"], "label": ["neg", "pos", "neutral", "pos", "neg"] * 2}
+    with pytest.raises(DataConfigError) as err:
+        files_module(tmp_path, fmt, train, test).prepare_data()
+    assert ("toy/test: 2 of 10 rows have labels outside the class set 0..1 ('neutral'). Labels must be the class "
+            "names ['neg', 'pos']") in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_texts_in_csv_and_jsonl_are_dropped_and_counted(tmp_path, fmt, caplog):
+    train = rows(30)
+    for i in (1, 5, 9):
+        train["text"][i] = " \t " if i == 5 else ""
+    test = rows(10)
+    test["text"][0] = None
+    dm = files_module(tmp_path, fmt, train, test)
+    with caplog.at_level(logging.INFO, logger="attnbench"):
+        dm.setup()
+    assert len(dm.splits["train"]) + len(dm.splits["val"]) == 27 and len(dm.splits["test"]) == 9
+    assert "toy: dropped empty or whitespace-only texts: train 3, test 1." in caplog.text
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_numbers_in_the_text_column_of_csv_and_jsonl_are_refused(tmp_path, fmt):
+    with pytest.raises(DataConfigError) as err:
+        files_module(tmp_path, fmt, {"text": list(range(10)), "label": [0, 1] * 5},
+                     {"text": list(range(4)), "label": [0, 1] * 2}).prepare_data()
+    assert "toy/train: text column 'text' holds int values (e.g. 0), not text. Set data.text_column" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt, content", [("csv", b"\x89PNG\r\n\x1a\n\x00\xff\xfe binary"),
+                                          ("jsonl", b'{"text": "good", "label": 1}\nnot json at all\n')])
+def test_an_unreadable_csv_or_jsonl_file_is_named(tmp_path, fmt, content):
+    dm = files_module(tmp_path, fmt, rows(20), rows(10))
+    bad = tmp_path / "files" / f"test.{fmt}"
+    bad.write_bytes(content)
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert f"Cannot read {bad} as {fmt.upper()} (" in str(err.value) and "data.data_files" in str(err.value)
+    assert_nothing_cached(tmp_path / "cache")
+
+
+def test_a_missing_data_file_is_named(tmp_path):
+    dm = toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
+                                                                "test": str(tmp_path / "test.csv")})
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert f"toy: no file {tmp_path / 'train.csv'} (split 'train'); fix data.data_files" in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"test_split": "train"}, "data.test_split='train' is data.train_split too"),
+    ({"cv_folds": 10}, "data.cv_folds=10 holds out folds of the training split, but data.test_split='test'"),
+    ({"test_split": None, "cv_folds": 1}, "data.cv_folds must be an integer >= 2 or null, got 1"),
+    ({"test_split": None, "cv_folds": 10, "fold": 10}, "data.fold must be an integer in [0, 9] (data.cv_folds=10), got 10"),
+    ({"test_size": 0}, "data.test_size must be a fraction in (0, 1) or a row count >= 1, got 0"),
+    ({"builder": "xlsx"}, "data.builder must be one of csv, tsv, json, jsonl, parquet, text"),
+    ({"data_files": {"test": "a.csv"}}, "data.data_files has no 'train' entry (data.train_split); it has ['test']"),
+    ({"data_files": {"train": "a.csv"}}, "data.data_files has no 'test' entry; it has ['train']. Add it, or set "
+                                         "data.test_split=null"),
+    ({"data_files": "a.xlsx", "test_split": None}, "data.builder is null and the extension of a.xlsx is not one of"),
+    ({"text_pair_column": "text"}, "data.text_pair_column must name a column other than data.text_column"),
+])
+def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, kwargs, message):
+    with pytest.raises(DataConfigError) as err:
+        toy_module(tmp_path, tmp_path / "cache", **kwargs)
+    assert message in str(err.value)

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from attnbench.data import DataConfigError, TextClassificationDataModule
-from attnbench import splits
-from attnbench.splits import carve_disjoint, contained, normal_form, overlap_counts
+from attnbench.data import splits
+from attnbench.data.splits import carve_disjoint, contained, normal_form, overlap_counts
 
 from .conftest import REPO_ROOT, train_env
 from .test_data_faults import toy_module, write_split

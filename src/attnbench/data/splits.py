@@ -297,3 +297,115 @@ def overlap_counts(train_texts: Sequence[str], texts: Sequence[str]) -> dict[str
     norm = [normal_form(t) for t in texts]
     return {"n": len(norm), "verbatim": sum(t in train_set for t in norm),
             "substring": sum(contained(norm, train_norm)), "substring_checked": len(norm)}
+
+
+def _move_contained_to_train(norm: Sequence[str], train: list[int], held: list[int]) -> tuple[list[int], list[int], int]:
+    """The final pass of :func:`carve_disjoint` on rows: held-out rows whose text (normal form ``norm``) occurs in a
+    training text move to training, repeated on the moved texts until none moves. Returns (train, held, moved)."""
+    held_set, moved = set(held), 0
+    haystacks = sorted({norm[r] for r in train})
+    while held_set and haystacks:
+        needles = sorted({norm[r] for r in held_set})
+        hits = {t for t, hit in zip(needles, contained(needles, haystacks)) if hit}
+        leaving = [r for r in held_set if norm[r] in hits]
+        moved += len(leaving)
+        held_set.difference_update(leaving)
+        haystacks = sorted(hits)
+    train = sorted(set(train) | (set(held) - held_set))
+    return train, sorted(held_set), moved
+
+
+def carve_stratified(texts: Sequence[str], labels: Sequence[int], n_held: int, seed: int) -> Carving:
+    """A held-out set (a carved test split) with about the class proportions of ``labels``, sharing no text with
+    the rest.
+
+    Each class's rows are carved with :func:`carve_disjoint` (``n_held`` × the class share, same seed), so
+    identical and contained texts stay together within a class; a final pass over all classes then moves to
+    training every held-out text that occurs in a training text of any class (the guarantee of
+    :func:`carve_disjoint`: no held-out text equals or is a substring of a training text).
+
+    Args:
+        texts: one text per row; labels: the row's class id.
+        n_held: rows to hold out (at most: whole groups of texts only; per class, its share rounded by largest
+            remainder).
+        seed: seed of the carving (``data.split_seed``).
+
+    Returns:
+        A :class:`Carving` whose ``val`` is the held-out rows.
+    """
+    n = len(texts)
+    by_class: dict[int, list[int]] = {}
+    for row, y in enumerate(labels):
+        by_class.setdefault(int(y), []).append(row)
+    train: list[int] = []
+    held: list[int] = []
+    phrase_level, searched, moved = False, True, 0
+    # rows per class: n_held * class share, rounded by largest remainder so that they add up to n_held
+    quota = {y: n_held * len(rows) / n for y, rows in by_class.items()}
+    alloc = {y: int(q) for y, q in quota.items()}
+    for y in sorted(quota, key=lambda y: (alloc[y] - quota[y], y))[: n_held - sum(alloc.values())]:
+        alloc[y] += 1
+    for y in sorted(by_class):
+        rows = by_class[y]
+        n_c = alloc[y]
+        if n_c < 1 or len(rows) < 2:
+            train += rows
+            continue
+        carving = carve_disjoint([texts[r] for r in rows], min(n_c, len(rows) - 1), seed)
+        train += [rows[i] for i in carving.train]
+        held += [rows[i] for i in carving.val]
+        phrase_level |= carving.phrase_level
+        searched &= carving.containment_searched
+        moved += carving.moved_to_train
+    norm = [normal_form(t) for t in texts]
+    train, held, moved_across = _move_contained_to_train(norm, train, held)
+    return Carving(train, held, phrase_level, searched, moved + moved_across, {"stratified": True})
+
+
+def fold_assignment(texts: Sequence[str], labels: Sequence[int], k: int, seed: int) -> list[int]:
+    """The fold (0..k-1) of every row: stratified k-fold over groups of identical texts.
+
+    Rows with the same text (normal form) form one group and share a fold. Groups, in a seeded random order and
+    then largest first, go one by one to the fold with the fewest rows of the group's (majority) class, ties to
+    the fold with fewest rows, then the lowest index: folds of near-equal size and class balance (the greedy of
+    scikit-learn's ``StratifiedGroupKFold``, simplified). Texts contained in other texts are handled when a fold
+    is held out (:func:`cv_fold`).
+
+    Args:
+        texts, labels: one per row; k: folds (>= 2); seed: ``data.split_seed``.
+    """
+    groups: dict[str, list[int]] = {}
+    for row, text in enumerate(texts):
+        groups.setdefault(normal_form(text), []).append(row)
+    units = list(groups.values())
+    random.Random(seed).shuffle(units)
+    units.sort(key=len, reverse=True)  # stable: equal sizes keep the seeded order
+    classes = sorted({int(y) for y in labels})
+    per_class = [[0] * len(classes) for _ in range(k)]
+    size = [0] * k
+    index = {y: i for i, y in enumerate(classes)}
+    fold_of = [0] * len(texts)
+    for rows in units:
+        counts: dict[int, int] = {}
+        for r in rows:
+            counts[int(labels[r])] = counts.get(int(labels[r]), 0) + 1
+        y = index[max(sorted(counts), key=counts.get)]
+        f = min(range(k), key=lambda f: (per_class[f][y], size[f], f))
+        for r in rows:
+            fold_of[r] = f
+            per_class[f][index[int(labels[r])]] += 1
+        size[f] += len(rows)
+    return fold_of
+
+
+def cv_fold(texts: Sequence[str], labels: Sequence[int], k: int, fold: int, seed: int) -> Carving:
+    """Fold ``fold`` of :func:`fold_assignment` held out (``val``), the other folds for training (``train``).
+
+    Held-out texts that occur inside a training text move to training (the final pass of
+    :func:`carve_disjoint`), so the guarantee is the same as for a carved split; ``moved_to_train`` counts them.
+    """
+    folds = fold_assignment(texts, labels, k, seed)
+    held = [r for r, f in enumerate(folds) if f == fold]
+    train = [r for r, f in enumerate(folds) if f != fold]
+    train, held, moved = _move_contained_to_train([normal_form(t) for t in texts], train, held)
+    return Carving(train, held, False, True, moved, {"cv_folds": k, "fold": fold})

@@ -1,0 +1,406 @@
+"""The LightningDataModule: any text-classification dataset by config, padded token batches out.
+
+Jobs, one module each: :mod:`.config` (every ``data.*`` key, validated once), :mod:`.sources` (local files,
+the mirror layout, the Hub with one fast probe, the packaged SST-2/TREC), :mod:`.rows` (bad-row policy, label
+checks), :mod:`.splits` (group-aware carving, stratified test carving, k-fold), :mod:`.tokenizer`,
+:mod:`.cache` (key + atomic write), :mod:`.samplers` (epoch shuffle, length-grouped batches, padding). This
+module only orders them.
+
+Splits: the training split is trained on. Validation is the source's own validation split when it has one
+(``data.val_split``), otherwise carved from train with a fixed seed (``val_size``, ``split_seed``) so that no
+validation text equals or occurs inside a training text (group-aware, see :mod:`attnbench.data.splits`). The
+test split is the source's own (``data.test_split``; its overlaps with training counted in the log), or, when
+there is none, carved from train (stratified, group-aware, ``data.test_size``), or fold ``data.fold`` of a
+stratified k-fold partition (``data.cv_folds``). Class names are matched by name across splits.
+
+Tokenizer: trained on the training rows only, then every split is tokenized once and cached on disk
+(``cache_dir/<key>/``) with the tokenizer. The key hashes everything that changes the result (source data
+fingerprint, columns, splits and their carving, tokenizer settings, ``max_length``), so a second run of the same
+config re-tokenizes nothing and a changed setting never reuses a stale cache.
+
+Lightning's rule: :meth:`prepare_data` (one process per node) only writes the cache; :meth:`setup` (every
+process) finds the cache itself and never relies on anything ``prepare_data`` stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytorch_lightning as pl
+import tokenizers
+import torch
+from torch.utils.data import DataLoader
+
+from attnbench.data.cache import cache_key, is_complete, write_atomically
+from attnbench.data.config import DataConfig
+from attnbench.data.errors import DataConfigError
+from attnbench.data.rows import SplitStats, check_columns_and_labels, clean_texts, column, label_ids
+from attnbench.data.samplers import EpochShuffleSampler, LengthGroupedBatchSampler, PadCollator, TokenizedSplit
+from attnbench.data.sources import Source, load_source
+from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
+from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, train_tokenizer
+from attnbench.distributed import eval_sampler
+from attnbench.paths import user_path
+
+log = logging.getLogger("attnbench.data")
+
+SPLITS = ("train", "val", "test")
+
+
+class TextClassificationDataModule(pl.LightningDataModule):
+    """LightningDataModule over any text-classification dataset (Hub, local files, packaged default data).
+
+    Args:
+        seed: the run's seed (``cfg.seed``): the order of the training batches of each epoch is a function of
+            ``(seed, epoch)`` only (:class:`EpochShuffleSampler`).
+        **data: the ``data.*`` keys of :class:`attnbench.data.config.DataConfig` (their meaning, defaults and
+            ranges are documented there): ``name``, ``hub_id``, ``hub_config``, ``builder``, ``data_files``,
+            ``text_column``, ``text_pair_column``, ``label_column``, ``train_split``, ``val_split``,
+            ``test_split``, ``test_size``, ``cv_folds``, ``fold``, ``local_dir``, ``packaged``, ``cache_dir``,
+            ``val_size``, ``split_seed``, ``max_length``, ``batch_size``, ``eval_batch_size``, ``num_workers``,
+            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes, vocab_size, lowercase, min_frequency}``),
+            ``max_train_samples``, ``max_eval_samples``, ``batching`` (``random`` | ``length_grouped``),
+            ``megabatch_size``.
+
+    Raises:
+        DataConfigError: at construction, a key outside its range; from :meth:`prepare_data` / :meth:`setup`,
+            missing columns, labels outside the class set, bad sizes.
+        DataUnavailableError: from :meth:`prepare_data` / :meth:`setup`: no local files, no Hub, no packaged copy.
+    """
+
+    def __init__(self, seed: int = 0, **data: Any) -> None:
+        super().__init__()
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise DataConfigError(f"seed must be an integer, got {seed!r}")
+        self.cfg = DataConfig(**data)
+        self.seed = int(seed)
+        cfg = self.cfg
+        self.name = cfg.name
+        self.hub_id, self.hub_config = cfg.hub_id, cfg.hub_config
+        self.text_column, self.text_pair_column, self.label_column = (cfg.text_column, cfg.text_pair_column,
+                                                                      cfg.label_column)
+        self.train_split, self.test_split = cfg.train_split, cfg.test_split
+        self.local_dir = user_path(cfg.local_dir) if cfg.local_dir not in (None, "") else None
+        self.cache_root = user_path(cfg.cache_dir)
+        self.val_size, self.split_seed = cfg.val_size, cfg.split_seed
+        self.max_length = cfg.max_length
+        self.batch_size, self.eval_batch_size = cfg.batch_size, cfg.eval_batch_size
+        self.num_workers = cfg.num_workers
+        self.batching, self.megabatch_size = cfg.batching, cfg.megabatch_size
+        self.tokenizer_cfg = cfg.tokenizer
+        self.max_train_samples, self.max_eval_samples = cfg.max_train_samples, cfg.max_eval_samples
+        self.splits: dict[str, TokenizedSplit] = {}
+        self.label_names: list[str] = []
+        self.vocab_size = 0
+        self.pad_id = 0
+        self.cache_dir: Path | None = None  # where setup() read the splits (prepare_data reports it too)
+        self.cache_hit: bool | None = None  # whether nothing was tokenized (a report; setup never reads it)
+        self._located: tuple[Path, Source] | None = None
+
+    # ------------------------------------------------------------------ cache
+    def _cache_spec(self, source: Source) -> dict[str, Any]:
+        """What the tokenized splits depend on; the keys of the three presets' caches are those of before."""
+        cfg, roles = self.cfg, source.roles
+        spec: dict[str, Any] = {
+            "source": source.key,
+            "fingerprints": {s: getattr(source.splits[s], "_fingerprint", None) for s in source.splits},
+            "columns": [cfg.text_column, cfg.label_column],
+            "splits": [cfg.train_split, cfg.test_split],
+            "val_size": cfg.val_size,
+            "split_seed": cfg.split_seed,
+            "tokenizer": cfg.tokenizer,
+            "tokenizers_version": tokenizers.__version__,  # another release may segment differently
+            "max_length": cfg.max_length,
+        }
+        # settings added for any dataset: in the key only when used, so existing caches stay valid
+        if cfg.text_pair_column is not None:
+            spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN]
+        if roles["val"] is not None:
+            spec["val_split"] = roles["val"]
+        if roles["test"] is None:
+            spec["test_carving"] = {"cv_folds": cfg.cv_folds, "fold": cfg.fold} if cfg.cv_folds else {
+                "test_size": cfg.test_size}
+        return spec
+
+    def _locate(self) -> tuple[Path, Source]:
+        """The cache folder of this config and its loaded source (computed once per instance, by any process)."""
+        if self._located is None:
+            source = load_source(self.cfg, self.local_dir)
+            self._located = (self.cache_root / cache_key(self.cfg.name, self._cache_spec(source)), source)
+        return self._located
+
+    def _ensure_cache(self) -> tuple[Path, bool]:
+        """The cache folder, built unless complete; and whether it was complete already."""
+        target, source = self._locate()
+        if is_complete(target):
+            return target, True
+        self._build_cache(source, target)
+        return target, False
+
+    # ----------------------------------------------------------------- building
+    def _train_tokenizer(self, texts: list[str]):
+        """A tokenizer trained on ``texts`` (:func:`attnbench.data.tokenizer.train_tokenizer` with this config)."""
+        t = self.tokenizer_cfg
+        return train_tokenizer(texts, t["kind"], t["vocab_size"], t["lowercase"], t["min_frequency"],
+                               self.max_length, (SEP_TOKEN,) if self.text_pair_column else ())
+
+    def _clean(self, ds: datasets.Dataset, split: str, stats: SplitStats, source_split: str
+               ) -> tuple[datasets.Dataset, list[str]]:
+        """Rows of ``ds`` with non-empty text(s) (policy in :mod:`.rows`), and their texts as ``str``.
+
+        Sentence pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``.
+        """
+        where = f"{self.name}/{source_split}"
+        texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, where)
+        if self.text_pair_column is not None:
+            seconds, keep2, invalid2 = clean_texts(column(ds, self.text_pair_column), self.text_pair_column, where)
+            keep = sorted(set(keep) & set(keep2))
+            invalid += invalid2
+            texts = [f"{a} {SEP_TOKEN} {b}" for a, b in zip(texts, seconds)]
+        stats.add(split, "dropped_empty", len(texts) - len(keep))
+        stats.add(split, "invalid_utf8", invalid)
+        if not keep:
+            columns = self.text_column + (f"/{self.text_pair_column}" if self.text_pair_column else "")
+            raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} "
+                                  "are empty; set data.text_column to the column with the texts.")
+        if len(keep) < len(texts):
+            ds = ds.select(keep)
+            texts = [texts[i] for i in keep]
+        return ds, texts
+
+    def _carve(self, train: datasets.Dataset, texts: list[str]) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
+        """Validation carved from ``train`` (whose texts are ``texts``) sharing no source text with what is left.
+
+        See :mod:`attnbench.data.splits`: identical texts stay together, a phrase goes with the sentences that
+        contain it, and no validation text is a substring of a training text.
+
+        Raises:
+            DataConfigError: ``data.val_size`` leaves no rows for one side.
+        """
+        n = len(train)
+        n_val = round(self.val_size * n) if self.val_size < 1 else int(self.val_size)
+        if not 1 <= n_val < n:
+            raise DataConfigError(f"data.val_size={self.val_size} leaves no rows for train or val ({n} rows)")
+        carving = carve_disjoint(texts, n_val, self.split_seed)
+        if not carving.val or not carving.train:
+            raise DataConfigError(
+                f"{self.name}/{self.train_split}: no validation set of about {n_val} rows shares no text with the "
+                f"training rows (the texts are all contained in each other); raise data.val_size.")
+        if len(carving.val) < n_val:
+            log.info("%s: validation has %d rows (data.val_size asks %d): whole groups of texts that share source "
+                     "text go to one side.", self.name, len(carving.val), n_val)
+        return train.select(carving.train), train.select(carving.val), carving
+
+    def _hold_out_test(self, train: datasets.Dataset, texts: list[str], names: list[str]
+                       ) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
+        """No test split: a stratified carved test set (``data.test_size``) or fold ``data.fold`` of k."""
+        cfg = self.cfg
+        labels = label_ids(column(train, self.label_column), names)
+        n = len(train)
+        if cfg.cv_folds:
+            if n < cfg.cv_folds:
+                raise DataConfigError(f"data.cv_folds={cfg.cv_folds} needs at least as many rows; "
+                                      f"{self.name}/{self.train_split} has {n}")
+            carving = cv_fold(texts, labels, cfg.cv_folds, cfg.fold, self.split_seed)
+            what = f"fold {cfg.fold} of {cfg.cv_folds} (stratified, identical texts in one fold)"
+        else:
+            n_test = round(cfg.test_size * n) if cfg.test_size < 1 else int(cfg.test_size)
+            if not 1 <= n_test < n:
+                raise DataConfigError(f"data.test_size={cfg.test_size} leaves no rows for train or test ({n} rows)")
+            carving = carve_stratified(texts, labels, n_test, self.split_seed)
+            what = f"a stratified carve of data.test_size={cfg.test_size}"
+        if not carving.val or not carving.train:
+            raise DataConfigError(f"{self.name}/{self.train_split}: no test set shares no text with the training rows "
+                                  "(the texts are all contained in each other); raise data.test_size or use a test "
+                                  "split (data.test_split).")
+        log.info("%s: no test split; test is %s of %s: %d rows held out, %d left%s.", self.name, what,
+                 self.train_split, len(carving.val), len(carving.train),
+                 f" ({carving.moved_to_train} held-out rows whose text occurs in a training text moved to training)"
+                 if carving.moved_to_train else "")
+        return train.select(carving.train), train.select(carving.val), carving
+
+    def _build_cache(self, source: Source, target: Path) -> None:
+        raw, roles = source.splits, source.roles
+        text_columns = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
+        names = check_columns_and_labels(raw, self.name, roles["train"], text_columns, self.label_column)
+        stats = SplitStats()
+
+        def with_row_ids(split: str) -> datasets.Dataset:
+            return raw[split].add_column("row_id", list(range(len(raw[split]))))
+
+        train_src, train_texts = self._clean(with_row_ids(roles["train"]), "train", stats, roles["train"])
+        test_info: dict[str, Any] = {}
+        if roles["test"] is not None:
+            test_src, test_texts = self._clean(with_row_ids(roles["test"]), "test", stats, roles["test"])
+        else:
+            train_src, test_src, held = self._hold_out_test(train_src, train_texts, names)
+            test_texts = [train_texts[i] for i in held.val]
+            train_texts = [train_texts[i] for i in held.train]
+            test_info = {"test_from": roles["train"], "test_moved_to_train": held.moved_to_train, **held.info}
+        if roles["val"] is not None:
+            val, val_texts = self._clean(with_row_ids(roles["val"]), "val", stats, roles["val"])
+            train, texts = train_src, {"train": train_texts, "val": val_texts, "test": test_texts}
+            carving_info: dict[str, Any] = dict(val_from=roles["val"], phrase_level=False, containment_searched=True,
+                                                moved_to_train=0)
+        else:
+            train, val, carving = self._carve(train_src, train_texts)
+            texts = {"train": [train_texts[i] for i in carving.train], "val": [train_texts[i] for i in carving.val],
+                     "test": test_texts}
+            carving_info = dict(phrase_level=carving.phrase_level, containment_searched=carving.containment_searched,
+                                moved_to_train=carving.moved_to_train, **carving.info)
+        leakage = {split: overlap_counts(texts["train"], texts[split]) for split in ("val", "test")}
+        leakage.update(carving_info, **test_info)
+        log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
+        tokenizer = self._train_tokenizer(texts["train"])
+
+        def write(tmp: Path) -> None:
+            tokenizer.save(str(tmp / "tokenizer.json"))
+            counts = {}
+            for split, ds in (("train", train), ("val", val), ("test", test_src)):
+                ids, truncated = encode_ids_counting(tokenizer, texts[split])
+                stats.add(split, "truncated", truncated)
+                out = datasets.Dataset.from_dict(
+                    {"input_ids": ids, "label": label_ids(column(ds, self.label_column), names),
+                     "row_id": column(ds, "row_id")}
+                )
+                out.save_to_disk(str(tmp / split))
+                counts[split] = len(out)
+            meta = {
+                "label_names": names,
+                "vocab_size": tokenizer.get_vocab_size(),
+                "pad_id": tokenizer.token_to_id(PAD_TOKEN),
+                "counts": counts,
+                "source": source.where,
+                "roles": roles,
+                "bad_rows": stats.counts,
+                "leakage": leakage,
+            }
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+
+        progress = datasets.utils.logging.is_progress_bar_enabled()
+        datasets.disable_progress_bars()  # "Saving the dataset" bars are noise in a training log
+        try:
+            write_atomically(target, write)
+        finally:
+            if progress:
+                datasets.enable_progress_bars()
+
+    # -------------------------------------------------------------- lightning
+    def prepare_data(self) -> None:
+        """Load the source, then tokenize and cache it unless a cache for this config exists.
+
+        Sets nothing :meth:`setup` needs (``cache_dir`` and ``cache_hit`` are a report); every process's
+        :meth:`setup` finds the cache by its key.
+        """
+        target, hit = self._ensure_cache()
+        if self.cache_dir == target:  # Lightning calls it again in fit and test: said once
+            return
+        if hit:
+            log.info("Reusing tokenized %s from cache %s", self.name, target)
+        else:
+            log.info("Tokenized %s cached in %s", self.name, target)
+        self.cache_dir, self.cache_hit = target, hit
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the cached splits into memory (once), applying the sample caps; builds the cache if absent."""
+        if self.splits:
+            return
+        target, hit = self._ensure_cache()
+        if self.cache_hit is None:
+            self.cache_hit = hit
+        self.cache_dir = target
+        meta = json.loads((target / "meta.json").read_text())
+        self.label_names = meta["label_names"]
+        self.vocab_size = meta["vocab_size"]
+        self.pad_id = meta["pad_id"]
+        caps = {"train": self.max_train_samples, "val": self.max_eval_samples, "test": self.max_eval_samples}
+        for split in SPLITS:
+            ds = datasets.load_from_disk(str(target / split))
+            if caps[split] is not None and caps[split] < len(ds):
+                ds = ds.shuffle(seed=self.split_seed).select(range(int(caps[split])))
+            self.splits[split] = TokenizedSplit(column(ds, "input_ids"), column(ds, "label"), column(ds, "row_id"))
+        self._log_bad_rows(meta)
+        self._log_leakage(meta)
+        log.info(
+            "%s: %s rows (train/val/test), %d classes %s, vocab %d",
+            self.name,
+            "/".join(str(len(self.splits[s])) for s in SPLITS),
+            self.num_classes,
+            self.label_names,
+            self.vocab_size,
+        )
+
+    def _log_bad_rows(self, meta: dict[str, Any]) -> None:
+        """One log line per kind of bad row found when the cache was built (counts before sample caps)."""
+        counts = meta.get("bad_rows") or {}
+        n = meta.get("counts", {})
+
+        def per_split(key: str) -> str:
+            return ", ".join(f"{s} {c[key]:,}" + (f" of {n[s]:,}" if key == "truncated" and s in n else "")
+                             for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
+
+        if per_split("dropped_empty"):
+            log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))
+        if per_split("invalid_utf8"):
+            log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
+                        self.name, per_split("invalid_utf8"))
+        if per_split("truncated"):
+            log.info("%s: texts longer than data.max_length=%d tokens, truncated: %s (raise data.max_length to "
+                     "keep more of them).", self.name, self.max_length, per_split("truncated"))
+
+    def _log_leakage(self, meta: dict[str, Any]) -> None:
+        """One log line: how many validation and test texts occur in the training texts (counts before caps)."""
+        leak = meta.get("leakage")
+        if not leak:
+            return
+
+        def part(split: str) -> str:
+            c = leak[split]
+            return (f"{split} {c['verbatim']:,} of {c['n']:,} identical to a training text, "
+                    f"{c['substring']:,} contained as a substring")
+
+        how = ("phrase-level data: a phrase went with the sentences containing it" if leak["phrase_level"] else
+               "identical texts kept on one side" + ("" if leak["containment_searched"] else
+                                                     " (texts too long for the phrase-containment search)"))
+        caps = " Counted on the full splits, before data.max_*_samples." if (
+            self.max_train_samples or self.max_eval_samples) else ""
+        val = (f"validation: the dataset's split {leak['val_from']}" if leak.get("val_from") else
+               f"validation carved from {self.train_split}, {how}")
+        log.info("%s: overlap with the training texts: %s; %s (%s).%s", self.name, part("val"), part("test"), val,
+                 caps)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.label_names)
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        # The order and the loader's own seed never touch the global RNG (see EpochShuffleSampler).
+        seed = self.seed
+        data = self.splits[split]
+        common = dict(generator=torch.Generator().manual_seed(seed), collate_fn=PadCollator(self.pad_id),
+                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        lengths = [len(ids) for ids in data.input_ids]
+        if not shuffle:
+            # evaluation: every row exactly once under DDP (attnbench.distributed.eval_sampler); with
+            # length_grouped, each process's rows sorted by length so that batches carry little padding
+            sampler = eval_sampler(data, self.trainer, lengths if self.batching == "length_grouped" else None)
+            return DataLoader(data, batch_size=self.eval_batch_size, sampler=sampler, **common)
+        sampler = EpochShuffleSampler(data, seed)
+        if self.batching == "random":
+            return DataLoader(data, batch_size=self.batch_size, sampler=sampler, **common)
+        batch_sampler = LengthGroupedBatchSampler(sampler, self.batch_size, False, lengths,
+                                                  megabatch_size=self.megabatch_size, shuffle=True, seed=seed)
+        return DataLoader(data, batch_sampler=batch_sampler, **common)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)

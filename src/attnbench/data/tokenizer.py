@@ -1,0 +1,143 @@
+"""The tokenizer: trained on the training rows only, ids in a canonical order, texts encoded in chunks.
+
+WordPiece (BERT's normalizer and pre-tokenizer), byte-level BPE, or ``bytes`` (one token per UTF-8 byte, the
+Long Range Arena Text setting, Tay et al. 2021), all with HF ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PAD_TOKEN, UNK_TOKEN, SEP_TOKEN = "[PAD]", "[UNK]", "[SEP]"
+
+
+def continuing_symbols(tokenizer, texts: list[str], prefix: str) -> list[str]:
+    """``prefix + c`` for every character ``c`` that occurs after the first position of a word, sorted.
+
+    Words are what ``tokenizer``'s normalizer and pre-tokenizer make of ``texts`` (the words a trainer
+    counts); ``texts`` are normalized and pre-tokenized in chunks of about 1 MB.
+    """
+    chars: set[str] = set()
+    for start in range(0, len(texts), 2048):
+        joined = "\n".join(texts[start : start + 2048])
+        if tokenizer.normalizer is not None:
+            joined = tokenizer.normalizer.normalize_str(joined)
+        for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(joined):
+            chars.update(word[1:])
+    return [prefix + c for c in sorted(chars)]
+
+
+def canonical_token_ids(tokenizer, keep_added: list[str] | None = None):
+    """The same tokenizer with its vocabulary renumbered: special tokens first, then the rest sorted.
+
+    Ids follow the vocabulary's sorted order, so the same token gets the same
+    id — and, with one seed, the same embedding initialisation — and the
+    saved ``tokenizer.json`` is the same bytes whatever order a trainer
+    assigned them in. Only the ids change: WordPiece and BPE segment by token
+    strings (and BPE's merges are stored as strings).
+
+    Args:
+        keep_added: the added (special) tokens to keep as such; other added tokens become plain vocabulary
+            entries. ``None`` keeps them all.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(tokenizer.to_str())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    if keep_added is not None:
+        data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["content"] in keep_added]
+    special = sorted((t["content"] for t in data.get("added_tokens", []) if t["content"] in vocab), key=vocab.get)
+    ordered = special + sorted(t for t in vocab if t not in set(special))
+    data["model"]["vocab"] = {token: i for i, token in enumerate(ordered)}
+    for added in data.get("added_tokens", []):
+        added["id"] = data["model"]["vocab"].get(added["content"], added["id"])
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def encode_ids(tokenizer, texts: list[str], chunk: int = 1024) -> list[list[int]]:
+    """Token ids of ``texts`` (truncated by the tokenizer), encoded ``chunk`` texts at a time.
+
+    ``encode_batch`` keeps a full ``Encoding`` (tokens, offsets, masks) per text
+    before truncation; on all 25,000 IMDB reviews at once that peaked at 4 GB of
+    RSS, while chunks keep only the ids.
+    """
+    return encode_ids_counting(tokenizer, texts, chunk)[0]
+
+
+def encode_ids_counting(tokenizer, texts: list[str], chunk: int = 1024) -> tuple[list[list[int]], int]:
+    """:func:`encode_ids`, and how many of the texts were truncated to the tokenizer's maximum length."""
+    ids: list[list[int]] = []
+    truncated = 0
+    for start in range(0, len(texts), chunk):
+        for enc in tokenizer.encode_batch(texts[start : start + chunk]):
+            ids.append(enc.ids)
+            truncated += bool(enc.overflowing)
+    return ids, truncated
+
+
+def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: bool, min_frequency: int,
+                    max_length: int, extra_special: tuple[str, ...] = ()):
+    """A tokenizer trained on ``texts`` that truncates to ``max_length`` tokens.
+
+    Args:
+        texts: the training texts (only these are seen; validation and test never are).
+        kind: ``wordpiece`` | ``byte_bpe`` | ``bytes`` (one token per UTF-8 byte, nothing learned;
+            ``vocab_size`` and ``min_frequency`` are ignored).
+        vocab_size, min_frequency, lowercase: the trainer's settings.
+        max_length: truncation length in tokens (>= 1).
+        extra_special: special tokens after ``[PAD]`` and ``[UNK]`` (``[SEP]`` for sentence pairs), matched
+            whole in a text and never split.
+
+    Returns:
+        A ``tokenizers.Tokenizer``: ``[PAD]`` id 0, ``[UNK]`` id 1, then ``extra_special``, then the vocabulary in
+        sorted order (:func:`canonical_token_ids`).
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    special = [PAD_TOKEN, UNK_TOKEN, *extra_special]
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=bool(lowercase))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        # The trainer gives each continuing-subword symbol ("##e") its id when it first meets it while
+        # walking the word counts, a hash map whose order Rust randomises per process, and breaks ties
+        # between equally frequent merges by those ids: two processes learned different vocabularies.
+        # Registering every such symbol up front, in sorted order (as extra special tokens, the trainer's
+        # first ids), makes the ids, hence every tie, the same in every process. They are plain
+        # vocabulary entries again afterwards (not added tokens), so "##e" in a text is not matched whole.
+        continuing = continuing_symbols(tok, texts, "##")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+            special_tokens=special + continuing, continuing_subword_prefix="##",
+        )
+    elif kind == "bytes":
+        # One token per UTF-8 byte, nothing learned: the Long Range Arena "Text" setting (Tay et al. 2021).
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        vocab = {token: i for i, token in enumerate(special + alphabet)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok.decoder = decoders.ByteLevel()
+        if extra_special:
+            tok.add_special_tokens(list(extra_special))
+        tok.enable_truncation(max_length)
+        return tok
+    else:
+        tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=int(vocab_size),
+            min_frequency=int(min_frequency),
+            special_tokens=special,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tok = canonical_token_ids(tok, keep_added=special)
+    tok.enable_truncation(max_length)
+    return tok

@@ -18,5 +18,8 @@ CONF = ["attnbench.conf", *("attnbench.conf." + ".".join(d.relative_to("conf").p
 setup(
     packages=[*find_packages("src"), *CONF],
     package_dir={"": "src", **{name: name.replace("attnbench.", "", 1).replace(".", "/") for name in CONF}},
-    package_data={name: ["*.yaml"] for name in CONF},
+    # setup() and pyproject's [tool.setuptools.package-data] do not merge (the pyproject table wins): all
+    # package data is listed here -- the configs, and the packaged default datasets (attnbench.data.sources)
+    package_data={**{name: ["*.yaml"] for name in CONF},
+                  "attnbench.data": ["default/*/*.parquet", "default/README.md"]},
 )

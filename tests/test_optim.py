@@ -100,7 +100,7 @@ def test_module_falls_back_to_the_dataclass_defaults():
 
 
 def test_config_checks_use_the_same_defaults_and_ranges():
-    cfg = OmegaConf.create({"seed": 0, "data": {"max_length": 8, "batch_size": 2, "eval_batch_size": 2},
+    cfg = OmegaConf.create({"seed": 0, "data": {"name": "toy", "max_length": 8, "batch_size": 2, "eval_batch_size": 2},
                             "trainer": {}, "logger": {}, "optim": {"lr": 1e-3}})
     check_run_config(cfg)  # missing optim keys take the defaults, which pass the checks
     cfg.optim.betas = [0.9, 1.0]
@@ -113,7 +113,7 @@ def test_config_checks_use_the_same_defaults_and_ranges():
 def test_float16_weights_are_refused_at_config_time():
     """trainer.precision=16-true: AdamW's eps 1e-8 is 0 in float16 and the first update is NaN."""
     assert torch.tensor(OptimConfig().eps, dtype=torch.float16).item() == 0.0  # the cause
-    cfg = OmegaConf.create({"seed": 0, "data": {"max_length": 8, "batch_size": 2, "eval_batch_size": 2},
+    cfg = OmegaConf.create({"seed": 0, "data": {"name": "toy", "max_length": 8, "batch_size": 2, "eval_batch_size": 2},
                             "trainer": {"precision": "16-true"}, "logger": {}, "optim": {}})
     with pytest.raises(ConfigError, match=r"trainer\.precision=16-true .*Use trainer\.precision=16-mixed"):
         check_run_config(cfg)

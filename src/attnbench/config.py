@@ -9,8 +9,9 @@ defaults, types and allowed ranges of the run's own keys. No torch import: a bad
   value out of range (``seed must be an integer, got 'abc'``);
 - :func:`check_run_config` checks the ranges (:data:`RANGES`, one message per key) before torch loads.
 
-``attention.*`` (the score function's own options, checked by its constructor) and ``data.*`` (checked by the
-data module) stay untyped here (``Any``); ``trainer.*``, ``callbacks.*`` and ``logger.*`` are ``_target_``
+``attention.*`` (the score function's own options, checked by its constructor) and ``data.*`` (typed and
+checked by :class:`attnbench.data.config.DataConfig`, which :func:`check_run_config` calls) stay ``Any`` here;
+``trainer.*``, ``callbacks.*`` and ``logger.*`` are ``_target_``
 configs (Lightning's ``Trainer`` and callbacks, :mod:`attnbench.run.loggers`), whose knobs that Lightning would
 only reject mid-run are range-checked here.
 
@@ -129,9 +130,6 @@ def _positive_int(value: Any) -> bool:
 # "<key> must be <what>, got <value>".
 RANGES: dict[str, tuple[str, Any]] = {
     "seed": ("an integer", _integer),
-    "data.max_length": ("an integer >= 1", _positive_int),
-    "data.batch_size": ("an integer >= 1", _positive_int),
-    "data.eval_batch_size": ("an integer >= 1", _positive_int),
     "model.d_model": ("an integer", _integer),
     "model.n_heads": ("an integer", _integer),
     "model.n_layers": ("an integer", _integer),
@@ -213,6 +211,10 @@ def check_run_config(cfg: DictConfig) -> None:
                           "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
     check_optim(cfg.get("optim") or {})
     check_precision((cfg.get("trainer") or {}).get("precision"))
+    if cfg.get("data") is not None:
+        from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
+
+        DataConfig.check(cfg.data)
 
 
 def check_precision(precision: Any) -> None:

@@ -8,16 +8,32 @@ The package, one job per module: :mod:`.config` (the typed ``data.*`` keys, vali
 
 from __future__ import annotations
 
-import datasets  # noqa: F401 - tests patch ``attnbench.data.datasets.load_dataset``
+import importlib
+from typing import Any
 
-from attnbench.data.cache import CACHE_VERSION
 from attnbench.data.config import BATCHING, DataConfig
-from attnbench.data.datamodule import SPLITS, TextClassificationDataModule
 from attnbench.data.errors import DataConfigError, DataUnavailableError
-from attnbench.data.rows import SplitStats, clean_texts, column
-from attnbench.data.samplers import EpochShuffleSampler, LengthGroupedBatchSampler, PadCollator, TokenizedSplit
-from attnbench.data.tokenizer import (PAD_TOKEN, SEP_TOKEN, UNK_TOKEN, canonical_token_ids, continuing_symbols,
-                                      encode_ids, encode_ids_counting, train_tokenizer)
+
+# Everything else loads on first use (PEP 562), so that the config checks (`DataConfig`, no torch) answer in a
+# second: `from attnbench.data import TextClassificationDataModule` imports the datamodule then.
+_LAZY = {
+    "CACHE_VERSION": "cache",
+    "SPLITS": "datamodule", "TextClassificationDataModule": "datamodule",
+    "SplitStats": "rows", "clean_texts": "rows", "column": "rows",
+    "EpochShuffleSampler": "samplers", "LengthGroupedBatchSampler": "samplers", "PadCollator": "samplers",
+    "TokenizedSplit": "samplers",
+    "PAD_TOKEN": "tokenizer", "SEP_TOKEN": "tokenizer", "UNK_TOKEN": "tokenizer", "canonical_token_ids": "tokenizer",
+    "continuing_symbols": "tokenizer", "encode_ids": "tokenizer", "encode_ids_counting": "tokenizer",
+    "train_tokenizer": "tokenizer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "datasets":  # tests patch ``attnbench.data.datasets.load_dataset``
+        return importlib.import_module("datasets")
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"attnbench.data.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'attnbench.data' has no attribute {name!r}")
 
 __all__ = [
     "BATCHING", "CACHE_VERSION", "PAD_TOKEN", "SEP_TOKEN", "SPLITS", "UNK_TOKEN", "DataConfig", "DataConfigError",

@@ -52,6 +52,7 @@ import yaml
 # The statistics (mean_ci, summarise) and the status names live in the package, where mutation testing reaches them.
 from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
     ACC,
+    REPLICATE_KEYS,
     SETTING_GROUPS,
     STATUS_FAILED,
     STATUS_INCOMPLETE,
@@ -546,7 +547,7 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     """
     out.mkdir(parents=True, exist_ok=True)
     fixed = dict(fixed or {})
-    variant_keys = [k for k in swept if k != "seed"]
+    variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     table = summarise(jobs, swept, baseline)
     counts = jobs["status"].value_counts().to_dict()
     lines = [
@@ -558,6 +559,9 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         "",
         f"Fixed: {headline(fixed)}.",
         "",
+        *([f"Cross-validation: each variant's {jobs['data.fold'].nunique()} folds (data.fold) are replicates like "
+           "seeds: the mean, interval and paired Δ run over (seed, fold) pairs. Folds share training rows, so the "
+           "t interval is optimistic (Nadeau & Bengio 2003).", ""] if "data.fold" in swept else []),
         "Test accuracy over seeds: mean ± sample std, and the 95% Student-t confidence interval "
         f"({ONE_SEED!r} where one seed gives none). "
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "

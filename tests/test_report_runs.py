@@ -279,3 +279,35 @@ def test_a_run_dir_without_hydra_counts_on_the_keys_it_has(runs_folder):
     (bare / "metrics.json").write_text(json.dumps({**_metrics(0.7), "attention": "cosine", "seed": 5, "data": "sst2"}))
     jobs, swept, fixed = report.read_runs([runs_folder])
     assert swept == ["attention", "seed"] and "seed" not in fixed
+
+
+def test_cross_validation_folds_are_replicates_of_one_variant(tmp_path):
+    """A k-fold multirun (`data.cv_folds=5 data.fold=0,...,4`, issue 12) is one variant per score function: the
+    folds are averaged into one mean with its interval, and Δ to scaled_dot is paired fold by fold."""
+    root = tmp_path / "cv"
+    fold_acc = [0.70, 0.74, 0.72, 0.78, 0.76]
+    n = 0
+    for fold, acc in enumerate(fold_acc):
+        for attention in ("scaled_dot", "additive"):
+            value = acc + (0.01 * (fold + 1) if attention == "additive" else 0.0)  # Δ 0.01 ... 0.05
+            config = _config(attention, 0, data="mr", run=n)
+            config["data"].update(cv_folds=5, fold=fold)
+            _run(root, f"{n:02d}_{attention}-mr-f{fold}", config,
+                 [f"attention={attention}", "data.cv_folds=5", f"data.fold={fold}"], _metrics(value))
+            n += 1
+    jobs, swept, fixed = report.read_runs([root])
+    assert set(swept) == {"attention", "data.fold"} and fixed["data.cv_folds"] == "5"
+    table = report.summarise(jobs, swept)
+    assert sorted(table["attention"]) == ["additive", "scaled_dot"]  # not ten variants, one per fold
+    t = stats.t.ppf(0.975, df=4)
+    base = table[table["attention"] == "scaled_dot"].iloc[0]
+    assert base["n"] == 5
+    assert base["acc_mean"] == pytest.approx(sum(fold_acc) / 5, rel=1e-12)
+    assert base["acc_ci"] == pytest.approx(t * stats.tstd(fold_acc) / math.sqrt(5), rel=1e-9)
+    additive = table[table["attention"] == "additive"].iloc[0]
+    assert additive["diff_n"] == 5
+    assert additive["diff_mean"] == pytest.approx(0.03, abs=1e-12)  # paired by fold: 0.01 ... 0.05
+    assert additive["diff_ci"] == pytest.approx(t * stats.tstd([0.01, 0.02, 0.03, 0.04, 0.05]) / math.sqrt(5),
+                                                rel=1e-9)
+    markdown = report.build_report(jobs, swept, str(root), tmp_path / "out", fixed=fixed, attention_maps=False)
+    assert "Cross-validation: each variant's 5 folds (data.fold) are replicates" in markdown

@@ -15,6 +15,9 @@ import pandas as pd
 
 ACC = "test/acc"
 STATUS_OK, STATUS_FAILED, STATUS_INCOMPLETE, STATUS_MISSING = "finished", "failed", "incomplete", "missing"
+# Keys whose values are replicates of one variant, not variants: the seed, and the fold of k-fold
+# cross-validation. The report averages over them and pairs runs on them.
+REPLICATE_KEYS = ("seed", "data.fold")
 
 
 def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float, int]:
@@ -39,14 +42,19 @@ def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float,
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
-    Columns: the variant keys, ``n`` (finished seeds), ``acc_mean``, ``acc_std``,
-    ``acc_ci`` (95% half-width), ``diff_mean``/``diff_ci`` (paired over the seeds
+    A replicate is one value of :data:`REPLICATE_KEYS` present in ``jobs``: a seed, or a (seed, fold) pair of
+    k-fold cross-validation (``data.fold``, Kim 2014's protocol for train-only datasets). Folds share training
+    rows, so their t interval is optimistic (Nadeau & Bengio 2003, "Inference for the generalization error").
+
+    Columns: the variant keys, ``n`` (finished replicates), ``acc_mean``, ``acc_std``,
+    ``acc_ci`` (95% half-width), ``diff_mean``/``diff_ci`` (paired over the replicates
     both variants finished, vs the same setting with ``attention=baseline``),
     ``train_tok_s``, ``test_tok_s`` (tokens/s), ``train_steps_s`` (steps/s),
     ``peak_mem_mb`` (MiB), ``params``, and ``entropy_norm``, ``saturated_frac``,
     ``max_score`` when logged.
     """
-    variant_keys = [k for k in swept if k != "seed"]
+    variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
+    replicates = [k for k in REPLICATE_KEYS if k in jobs]  # what pairs a run with its baseline run
     done = jobs[jobs["status"] == STATUS_OK].copy()
     if done.empty:
         return pd.DataFrame(columns=variant_keys)
@@ -63,11 +71,11 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row: dict[str, Any] = dict(zip(variant_keys, key))
         row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(group[ACC])
         row["diff_mean"] = row["diff_ci"] = row["diff_n"] = math.nan
-        if "attention" in variant_keys and "seed" in done:
+        if "attention" in variant_keys and replicates:
             base = done[done["attention"] == baseline]
             for k in setting_keys:
                 base = base[base[k] == row[k]]
-            paired = group.merge(base[["seed", ACC]], on="seed", suffixes=("", "_base"))
+            paired = group.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
         for column, metric, scale in (
@@ -166,7 +174,7 @@ def split_settings(settings: list[dict[str, str]], explicit: Iterable[str] = ())
     swept_groups = {k for k in varying if k in SETTING_GROUPS}
     swept = [k for k in varying
              if k in explicit or not any(k.startswith(g + ".") for g in swept_groups)]
-    swept.sort(key=lambda k: (k == "seed", k == "attention"))  # settings, then the score function, then seeds
+    swept.sort(key=lambda k: (k in REPLICATE_KEYS, k == "attention"))  # settings, score function, replicates
     fixed: dict[str, str] = {}
     if settings:
         for k in keys:

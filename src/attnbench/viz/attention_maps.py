@@ -228,16 +228,11 @@ def run_probe(run_dir: Path, n: int = 2) -> list[dict[str, Any]]:
     config_file = run_dir / ".hydra" / "config.yaml"
     if not config_file.is_file():
         raise FileNotFoundError(f"{run_dir} has neither {PROBE_FILE} nor .hydra/config.yaml: no sentences to draw")
-    import inspect
-
-    from hydra.utils import get_class, instantiate
+    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(config_file)
-    extra = {}
-    if "seed" in inspect.signature(get_class(cfg.data._target_)).parameters:
-        extra["seed"] = int(cfg.get("seed", 0))
-    datamodule = instantiate(cfg.data, **extra)
+    datamodule = instantiate(cfg.data, seed=int(cfg.get("seed", 0)))
     datamodule.prepare_data()
     datamodule.setup("test")
     return datamodule_probe(datamodule, n)
@@ -271,12 +266,12 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
     Returns:
         ``(file names, notes)``: a note per run that could not be drawn (no checkpoint, ...), never an error.
     """
-    from attnbench.report_stats import STATUS_OK, headline
+    from attnbench.report_stats import REPLICATE_KEYS, STATUS_OK, headline
 
     done = jobs[(jobs["status"] == STATUS_OK) & jobs["dir"].map(lambda d: isinstance(d, str) and Path(d).is_dir())]
     if done.empty or "attention" not in done:
         return [], []
-    setting_keys = [k for k in swept if k not in ("attention", "seed")]
+    setting_keys = [k for k in swept if k != "attention" and k not in REPLICATE_KEYS]
     groups = list(done.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), done)]
     files: list[str] = []
     notes: list[str] = []

@@ -115,7 +115,10 @@ REAL_RUNS = {
     "python train.py attention=scaled_dot": "scaled_dot-sst2-s0",
     "python train.py attention=cosine data=trec model=tiny trainer.max_epochs=10": "cosine-trec-s0",
 }
-CHEAP = {"trainer.max_steps": "2", "trainer.max_epochs": "1", "data.max_train_samples": "200",
+#: The main job runs in the default suite; the second one is `slow` (CI runs both).
+SLOW_RUNS = {"python train.py attention=cosine data=trec model=tiny trainer.max_epochs=10"}
+#: data.max_* as tests/test_console.py's tiny run, so that in the whole suite the tokenized data is a cache hit.
+CHEAP = {"trainer.max_steps": "2", "trainer.max_epochs": "1", "data.max_train_samples": "320",
          "data.max_eval_samples": "64", "logger": "csv", "callbacks.run_stats.warmup_steps": "0"}
 
 #: Commands another test (or CI) runs: the first words of the command -> where. A test is
@@ -393,7 +396,8 @@ def _cheap(argv: tuple[str, ...], run_dir: Path) -> list[str]:
     return [*kept, *(f"{k}={v}" for k, v in CHEAP.items()), f"hydra.run.dir={run_dir}"]
 
 
-@pytest.mark.parametrize("text", sorted(REAL_RUNS))
+@pytest.mark.parametrize("text", [pytest.param(t, marks=pytest.mark.slow) if t in SLOW_RUNS else t
+                                  for t in sorted(REAL_RUNS)])
 def test_documented_command_runs(text, tmp_path, data_dir, cache_dir):
     command = next(c for c in COMMANDS if c.text == text)
     run_dir = tmp_path / "run"
@@ -461,3 +465,36 @@ def test_link_checker_sees_a_broken_link(tmp_path):
     assert set(_anchors(page)) == {"title"}
     anchors = list(_anchors(REPO_ROOT / "docs" / "configuration.md"))
     assert "score-functions" in anchors and "the-typed-schema" in anchors
+
+
+def _layout_entries() -> list[tuple[str, str]]:
+    """(path, description) of every entry of the Layout block of docs/architecture.md: an entry's name starts
+    the line (two spaces per level below the folder above it); a description continues on indented lines."""
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```", 2)[1].split("\n", 1)[1]
+    entries: list[list[str]] = []
+    stack: list[str] = []
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if indent >= 20:  # a description's continuation
+            entries[-1][1] += " " + line.strip()
+            continue
+        name, _, description = line.strip().partition(" ")
+        depth = indent // 2
+        stack = stack[:depth] + [name]
+        entries.append(["".join(stack), description.strip()])
+    return [(p, d) for p, d in entries]
+
+
+def test_layout_names_only_paths_that_exist():
+    """Every file and folder docs/architecture.md's Layout names exists, and so does every file its description
+    of a folder names (``scripts/: bench_attention.py ...``)."""
+    entries = _layout_entries()
+    assert ("src/attnbench/models/module.py" in {p for p, _ in entries}
+            and "src/attnbench/run/cli.py" in {p for p, _ in entries})  # the parser sees nested entries
+    missing = [p for p, _ in entries if not (REPO_ROOT / p).exists()]
+    for path, description in entries:
+        if path.endswith("/"):
+            named = re.findall(r"(?<![\w/.])(\w+\.(?:py|sh|md|txt|yaml))\b", description)
+            missing += [path + n for n in named if not (REPO_ROOT / path / n).exists()]
+    assert not missing, f"the Layout names paths that do not exist: {missing}"

@@ -498,3 +498,20 @@ def test_layout_names_only_paths_that_exist():
             named = re.findall(r"(?<![\w/.])(\w+\.(?:py|sh|md|txt|yaml))\b", description)
             missing += [path + n for n in named if not (REPO_ROOT / path / n).exists()]
     assert not missing, f"the Layout names paths that do not exist: {missing}"
+
+
+def test_the_readme_figure_is_the_results_pages_numbers():
+    """The README's table quotes docs/results.md's `compare_cpu` rows (SST-2): each of its cells is in the row of
+    the same score function there, so the first screen cannot drift from the measured results."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    results = (REPO_ROOT / "docs" / "results.md").read_text()
+    rows = [r for r in readme.splitlines() if re.match(r"^\| `\w+` \|", r)]
+    assert len(rows) >= 3
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        source = next((r for r in results.splitlines() if r.startswith(f"| sst2 | {cells[0]} |")), None)
+        assert source is not None, cells[0]
+        source_cells = {c.strip() for c in source.strip("|").split("|")}
+        assert set(cells) <= source_cells, (cells, source)
+    for claim in ("0.22×", "0.12×", "1/70", "2–5 points", "a fifth to a half"):
+        assert claim in readme and claim in results, claim

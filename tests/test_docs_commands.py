@@ -305,11 +305,15 @@ def _interval_ends(params: dict) -> list[list[str]]:
 def _compose_job(overrides: list[str]):
     """Compose one job as ``train.py`` does, resolve it under its Hydra config, check it. Returns the config."""
     cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
     job = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     with open_dict(job):
         del job["hydra"]
-    OmegaConf.resolve(job)
+    hydra_config, before = HydraConfig.instance(), HydraConfig.instance().cfg
+    hydra_config.set_config(cfg)  # ${hydra:...} resolves as in a job; other tests must not see it afterwards
+    try:
+        OmegaConf.resolve(job)
+    finally:
+        hydra_config.cfg = before
     check_run_config(job)
     return cfg, job
 
@@ -515,3 +519,27 @@ def test_the_readme_figure_is_the_results_pages_numbers():
         assert set(cells) <= source_cells, (cells, source)
     for claim in ("0.22×", "0.12×", "1/70", "2–5 points", "a fifth to a half"):
         assert claim in readme and claim in results, claim
+
+
+def test_composition_refuses_what_train_py_refuses(hydra_configs):
+    """The compose check is not vacuous: an unknown option, a misspelt key (also a launcher's), a value of the
+    wrong type or out of range fail it, as they fail ``python train.py``; sweeps expand to their jobs."""
+    from hydra.errors import HydraException
+
+    from attnbench.errors import ConfigError
+
+    for bad in (["attention=dott"], ["model.d_modle=64"], ["optim.lr=fast"],
+                ["hydra/launcher=joblib", "hydra.launcher.n_jobz=2"]):
+        with pytest.raises(HydraException):
+            _compose_job(bad)
+    for bad, key in ((["data.batch_size=0"], "data.batch_size"), (["optim.lr=-1"], "optim.lr")):
+        with pytest.raises(ConfigError, match=key):
+            _compose_job(bad)
+    assert not HydraConfig.initialized()  # no Hydra state left for the next test
+    optuna = next(c for c in TRAIN if "hparams_search=optuna" in c.argv)
+    low, high = _jobs_of(optuna)
+    assert "optim.lr=0.0001" in low and "optim.lr=0.003" in high and "model.dropout=0.3" in high
+    sweep = next(c for c in TRAIN if c.text == "python train.py -m attention=dot,scaled_dot,additive seed=0,1")
+    jobs = _jobs_of(sweep)
+    assert len(jobs) == 6 and len(_covering_jobs(jobs)) == 3
+    assert {o for job in _covering_jobs(jobs) for o in job} == {o for job in jobs for o in job}

@@ -543,3 +543,67 @@ def test_composition_refuses_what_train_py_refuses(hydra_configs):
     jobs = _jobs_of(sweep)
     assert len(jobs) == 6 and len(_covering_jobs(jobs)) == 3
     assert {o for job in _covering_jobs(jobs) for o in job} == {o for job in jobs for o in job}
+
+
+#: Keys the docs name on purpose although no config has them.
+NOT_KEYS = {"model.d_modle"}  # docs/troubleshooting.md: what a misspelt key prints
+#: Python names the docs use that a source checkout does not import: the installed wheel's config package
+#: (`conf/` as `attnbench.conf`, tests/test_packaging.py).
+NOT_NAMES = {"attnbench.conf"}
+
+
+def _config_keys() -> set[str]:
+    """Every dotted key of the default config composed with each option of each config group (a key like
+    ``attention.hidden_dim`` exists only under its option), plus Hydra's own under the default launcher."""
+    keys: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        if OmegaConf.is_dict(node):
+            for key in node.keys():
+                keys.add(prefix + str(key))
+                walk(node._get_node(key), f"{prefix}{key}.")
+
+    options = {group.name: sorted(o.stem for o in group.glob("*.yaml"))
+               for group in sorted((REPO_ROOT / "conf").iterdir()) if group.is_dir() and group.name != "hydra"}
+    width = max(len(v) for v in options.values())
+    # each option of each group once: compose i takes the i-th option of every group (cycling)
+    for i in range(width):
+        walk(compose(config_name="train", overrides=[f"{g}={v[i % len(v)]}" for g, v in options.items()],
+                     return_hydra_config=True), "")
+    walk(compose(config_name="train", overrides=["hydra/launcher=joblib"], return_hydra_config=True), "")
+    return keys
+
+
+def test_config_keys_and_python_names_in_the_docs_exist(hydra_configs):
+    """Every config key (`data.max_length`, `callbacks.run_stats.warmup_steps`, ...) and every dotted Python name
+    (`attnbench.config.OptimConfig`, ...) in the code spans of the README and docs exists."""
+    import importlib
+
+    keys = _config_keys()
+    assert {"data.max_length", "callbacks.run_stats.warmup_steps", "attention.hidden_dim"} <= keys
+    missing = []
+    for path in DOC_FILES:
+        if path.name == "mutation.md":  # generated from a mutation run (scripts/mutation_report.py)
+            continue
+        for span in re.findall(r"`([^`\n]+)`", path.read_text()):
+            for key in re.findall(r"(?<![\w/.])((?:attention|data|model|trainer|logger|callbacks|optim|hydra)"
+                                  r"\.(?!md\b|py\b)[\w.]+)", span):
+                key = key.rstrip(".")
+                if key not in keys and key not in NOT_KEYS:
+                    missing.append(f"{path.name}: config key {key}")
+            for name in re.findall(r"(?<![\w/])attnbench(?:\.\w+)+", span):
+                parts = name.split(".")
+                if parts[-1] in ("yaml", "py", "md") or name in NOT_NAMES:
+                    continue
+                for cut in range(len(parts), 0, -1):
+                    try:
+                        obj = importlib.import_module(".".join(parts[:cut]))
+                    except ImportError:
+                        continue
+                    try:
+                        for attribute in parts[cut:]:
+                            obj = getattr(obj, attribute)
+                    except AttributeError:
+                        missing.append(f"{path.name}: Python name {name}")
+                    break
+    assert not missing, "\n".join(sorted(set(missing)))

@@ -411,6 +411,29 @@ def test_documented_command_runs(text, tmp_path, data_dir, cache_dir):
     assert f"attnbench · {REAL_RUNS[text]} · done" in proc.stdout + proc.stderr
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["test/acc"] <= 1.0
+    if command.path.name == "README.md":  # the README shows what it prints: the same lines, in the same order
+        shown = _printed_block_after(command)
+        printed = (proc.stdout + proc.stderr).split(f"attnbench · {REAL_RUNS[text]} · done\n", 1)[1].splitlines()
+        assert _labels(printed) == _labels(shown) and len(_labels(shown)) >= 5, (shown, printed)
+
+
+def _printed_block_after(command: DocCommand) -> list[str]:
+    """The lines of the first plain ``` block after ``command`` in its file (the output the docs show)."""
+    lines = command.path.read_text().splitlines()[command.line:]
+    fences = [i for i, line in enumerate(lines) if line.strip() == "```"]  # its block's end, then the output's
+    return lines[fences[1] + 1:fences[2]]
+
+
+def _labels(lines: list[str]) -> list[str]:
+    """The headline's labels (``test/acc``, ``peak memory``, ...) of a printed summary: its indented lines'
+    first field, up to the line that says where all the figures are."""
+    labels = []
+    done = [i for i, line in enumerate(lines) if line.startswith("attnbench · ") and line.endswith(" · done")]
+    for line in lines[done[0] + 1 if done else 0:]:
+        if line.startswith("All ") or not line.startswith("  "):
+            break
+        labels.append(re.split(r"\s{2,}", line.strip())[0])
+    return labels
 
 
 # --- links ---------------------------------------------------------------------------------------------------

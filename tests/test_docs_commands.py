@@ -22,6 +22,7 @@ import ast
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -144,7 +145,7 @@ MAPPED: dict[str, list[str]] = {
     "python train.py attention=additive seed=1": [
         "tests/test_resume.py::test_resume_form_ends_with_the_uninterrupted_runs_metrics"],
     "python train.py -m attention=dot,additive seed=0,1 ckpt_path=last": [
-        "tests/test_resume.py::test_resume_form_ends_with_the_uninterrupted_runs_metrics"],
+        "tests/test_docs_commands.py::test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others"],
     # data: each example of docs/data.md on small real files
     "python scripts/mirror_data.py": ["tests/test_data_sources.py::test_hub_dataset_by_id_through_the_mirror_layout"],
     "python train.py data=hub": ["tests/test_data_sources.py::test_hub_dataset_by_id_through_the_mirror_layout"],
@@ -630,3 +631,47 @@ def test_config_keys_and_python_names_in_the_docs_exist(hydra_configs):
                         missing.append(f"{path.name}: Python name {name}")
                     break
     assert not missing, "\n".join(sorted(set(missing)))
+
+
+SWEEP_SHORT = ["model=tiny", "data.max_train_samples=320", "data.max_eval_samples=64", "data.batch_size=32",
+               "trainer.max_epochs=2", "trainer.deterministic=true", "trainer.enable_progress_bar=false",
+               "callbacks.run_stats.warmup_steps=2", "~callbacks.attention_diagnostics", "logger=csv"]
+
+
+@pytest.mark.slow
+def test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others(tmp_path, data_dir, cache_dir):
+    """docs/sweeps.md, Resume: `-m ... ckpt_path=last hydra.sweep.dir=<that sweep>` resumes every job of the sweep
+    that has a checkpoint and starts the others from scratch (with a warning); both end as the first sweep did.
+    Job 0 is as if killed during epoch 1 (its last.ckpt is its epoch-0 checkpoint, no metrics.json), job 1 as
+    if killed before its first checkpoint (no checkpoints, no metrics.json)."""
+    sweep_dir, env = tmp_path / "sweep", train_env(data_dir, cache_dir)
+    args = [sys.executable, "train.py", "-m", "attention=dot,scaled_dot", *SWEEP_SHORT,
+            "callbacks.model_checkpoint.save_top_k=-1", f"hydra.sweep.dir={sweep_dir}"]  # every epoch's file kept
+    first = subprocess.run(args, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and (p / "metrics.json").is_file())
+    assert [j.name for j in jobs] == ["0_dot-sst2-s0", "1_scaled_dot-sst2-s0"]
+    before = {j.name: json.loads((j / "metrics.json").read_text()) for j in jobs}
+    checkpoints = jobs[0] / "checkpoints"
+    epoch0 = sorted(checkpoints.glob("epoch00-*.ckpt"))
+    assert len(epoch0) == 1 and sorted(checkpoints.glob("epoch01-*.ckpt")), sorted(checkpoints.iterdir())
+    for ckpt in checkpoints.glob("last*.ckpt"):
+        ckpt.unlink()
+    for ckpt in checkpoints.glob("epoch01-*.ckpt"):
+        ckpt.unlink()
+    shutil.copy(epoch0[0], checkpoints / "last.ckpt")
+    for job in jobs:
+        (job / "metrics.json").unlink()
+    for ckpt in (jobs[1] / "checkpoints").iterdir():
+        ckpt.unlink()
+    again = subprocess.run([*args, "ckpt_path=last"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           timeout=900, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("sweep_")]  # the same sweep dir, not a new one
+    log0, log1 = ((job / "train.log").read_text() for job in jobs)
+    assert "Resuming from" in log0 and "last" in log0.split("Resuming from", 1)[1].splitlines()[0]
+    assert "no checkpoint in" in log1 and "training from scratch" in log1
+    for job in jobs:
+        after = json.loads((job / "metrics.json").read_text())
+        assert after["test/acc"] == before[job.name]["test/acc"], job.name
+        assert after["val/acc_best"] == before[job.name]["val/acc_best"], job.name

@@ -92,7 +92,7 @@ class RunConfig:
     task_name: str = "train"
     seed: int = 0
     tags: list[str] = field(default_factory=list)
-    ckpt_path: Optional[str] = None  # last | <file>.ckpt | null (see README: Resume)
+    ckpt_path: Optional[str] = None  # last | <file>.ckpt | null (see docs/sweeps.md: Resume)
     optimized_metric: Optional[str] = "val/acc_best"  # the metric returned to Hydra sweepers
     run_name: str = MISSING
     budget: Optional[dict[str, int]] = None  # an experiment's per-dataset step or epoch budget

@@ -214,6 +214,22 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, a
         assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
 
 
+def test_resume_of_a_run_killed_while_testing_ends_with_its_metrics(reference, tmp_path):
+    """A run killed after its last epoch's checkpoint (while testing: no metrics.json) resumed with
+    ckpt_path=last: Lightning's fit loop is already done, so training never starts. The resumed run must still
+    end with the uninterrupted run's val/* and val/acc_best (before: "optimized_metric=val/acc_best is not in
+    the run summary", exit 1), and test the same best checkpoint."""
+    import shutil
+
+    root, env, refs = reference
+    finished = root / "reference-max_epochs-keep_all"  # last.ckpt written at every epoch end (KEEP_ALL)
+    assert torch.load(finished / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == 3 * BATCHES
+    killed = tmp_path / "killed-while-testing"
+    shutil.copytree(finished, killed, ignore=shutil.ignore_patterns("metrics.json"))
+    _train([*RUN, *STOPS["max_epochs"], *KEEP_ALL, f"hydra.run.dir={killed}", "ckpt_path=last"], env)
+    assert {k: _metrics(killed)[k] for k in COMPARED} == {k: _metrics(finished)[k] for k in COMPARED}
+
+
 def test_mid_epoch_resume_replays_what_the_log_says(reference):
     """Ctrl-C at step 18 (5 of epoch 1's 13 batches done), then `ckpt_path=last` (the interrupted.ckpt): the log
     and metrics.json say batches 0-4 are replayed and 8-12 not seen, and the recorded batches show exactly that;

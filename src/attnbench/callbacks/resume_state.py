@@ -224,6 +224,15 @@ class ResumeState(pl.Callback):
             log.warning("The checkpoint holds no RNG states (not written by attnbench): dropout and data order "
                         "after the resume differ from an uninterrupted run.")
 
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # A checkpoint from the run's last epoch end (the run was killed while testing): Lightning's fit loop is
+        # already done, so training never starts and on_train_start never restores the metrics; restore them
+        # here, so the resumed run ends with the same val/* and val/acc_best as the uninterrupted one.
+        if self._callback_metrics:
+            for key, value in self._callback_metrics.items():
+                trainer.callback_metrics.setdefault(key, value.to(pl_module.device))
+            self._callback_metrics = None
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._resumed_from_step is None:
             return

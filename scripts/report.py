@@ -129,6 +129,21 @@ def _last_error(job_dir: Path) -> str | None:
     return errors[-1].split("][ERROR] ", 1)[-1][:200]
 
 
+def _failure_record(job_dir: Path) -> dict[str, Any]:
+    """The job's ``failure.json`` (every failed run writes one, a bug's traceback included; a single run's bug
+    leaves no ERROR line in ``train.log``), or ``{}`` when it has none or it cannot be read."""
+    path = job_dir / "failure.json"
+    try:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    if isinstance(record.get("error"), str):
+        record["error"] = " ".join(record["error"].split())[:200]
+    return record
+
+
 def _last_csv_step(job_dir: Path) -> int | None:
     path = job_dir / "csv" / "metrics.csv"
     if not path.is_file():
@@ -180,8 +195,8 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     """One job's record: ``job``, ``dir``, ``status``, its settings (:func:`run_settings`), and its metrics.
 
     ``status`` is ``finished`` when ``metrics.json`` exists; otherwise
-    ``failed`` when ``train.log`` has an ERROR line (in ``error``) and
-    ``incomplete`` when it has none (killed, or still running); both carry
+    ``failed`` when ``train.log`` has an ERROR line or the job left ``failure.json`` (the error in ``error``),
+    and ``incomplete`` when it has neither (killed, or still running); both carry
     ``last_step``, the last step in the CSV log. ``_settings`` holds the names
     of the setting columns, ``_explicit`` those set on the command line.
     """
@@ -199,7 +214,9 @@ def read_job(job_dir: Path) -> dict[str, Any]:
         record.update({k: v for k, v in metrics.items() if k not in settings})  # its settings, as text, win
         record["status"] = STATUS_OK
     else:
-        record["error"] = _last_error(job_dir)
+        failure = _failure_record(job_dir)
+        failed = failure.get("status") == "failed"  # "interrupted" (Ctrl-C, SIGTERM) is not a failure
+        record["error"] = _last_error(job_dir) or (failure.get("error") if failed else None)
         record["status"] = STATUS_FAILED if record["error"] else STATUS_INCOMPLETE
         record["last_step"] = _last_csv_step(job_dir)
     record.update(settings)

@@ -326,3 +326,17 @@ def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, kwargs,
     with pytest.raises(DataConfigError) as err:
         toy_module(tmp_path, tmp_path / "cache", **kwargs)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [("val_size", 1.5), ("test_size", 2.5), ("val_size", 0.0), ("test_size", -3)])
+def test_a_size_that_is_neither_a_fraction_nor_a_row_count_is_refused(tmp_path, key, value):
+    """`data.val_size=1.5` was taken as int(1.5) = 1 validation row, silently (checkpoints chosen on one text)."""
+    with pytest.raises(DataConfigError) as err:
+        toy_module(tmp_path, tmp_path / "cache", **{key: value, "test_split": None})
+    assert str(err.value) == f"data.{key} must be a fraction in (0, 1) or a row count >= 1, got {value}"
+
+
+@pytest.mark.parametrize("key, value", [("val_size", 3), ("val_size", 3.0), ("test_size", 0.25), ("test_size", 1)])
+def test_fractions_and_whole_row_counts_are_accepted(tmp_path, key, value):
+    dm = toy_module(tmp_path, tmp_path / "cache", **{key: value, "test_split": None})
+    assert getattr(dm.cfg if hasattr(dm, "cfg") else dm, key) == value

@@ -8,6 +8,7 @@ by id" goes through the local mirror layout that scripts/mirror_data.py writes.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -390,3 +391,14 @@ def test_generic_presets_without_their_dataset_name_the_key(tmp_path, preset, ke
     with pytest.raises(DataUnavailableError) as err:
         dm.prepare_data()
     assert key in str(err.value) and "stanfordnlp" not in str(err.value)
+
+
+def test_missing_local_files_and_no_hub_id_is_said_once(tmp_path, caplog):
+    """`data.hub_id=null` and no files under data.local_dir: before, a WARNING "Local data not found (...); no Hub
+    dataset is named." came right before the error saying the same; now only the error, which names every fix."""
+    (tmp_path / "nowhere").mkdir()
+    dm = module(tmp_path, local_dir=str(tmp_path / "nowhere"), test_split=None)
+    with caplog.at_level(logging.WARNING, logger="attnbench"), pytest.raises(DataUnavailableError) as err:
+        dm.prepare_data()
+    assert "no Hub dataset is named (data.hub_id is null)" in str(err.value)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -102,3 +102,50 @@ def test_out_of_package_score_function_trains_through_the_search_path(tmp_path, 
     assert 0.0 <= metrics["test/acc"] <= 1.0 and "val/acc" in metrics
     config = (out / ".hydra" / "config.yaml").read_text()
     assert "_target_: mypkg.scores.ManhattanScore" in config
+
+
+BUGGY_MODULE = '''
+from torch import nn
+
+from attnbench.attention import ScoreFunction
+
+
+class BuggyScore(ScoreFunction):
+    name = "buggy_score"
+
+    def __init__(self, n_heads, head_dim, width: int = 3):
+        super().__init__(n_heads, head_dim)
+        self.proj = nn.Linear(head_dim, width, bias=undefined_in_my_constructor)  # the user's bug
+
+    def scores(self, query, key):
+        return query @ key.transpose(-2, -1)
+'''
+
+
+def test_constructor_bug_of_an_out_of_package_score_function_shows_its_own_traceback_on_the_command_line(tmp_path):
+    """`python train.py attention=buggy_score hydra.searchpath=[...]` with a NameError in the class's __init__.
+
+    Before: one line, `Error: Error in call to target 'attnbench.models.module.TextClassifierModule':
+    NameError(...) full_key: module`, with no file or line of the bug, and failure.json said
+    InstantiationException. After: Python's traceback ending in the user's own line, failure.json names NameError.
+    """
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "buggy.py").write_text(textwrap.dedent(BUGGY_MODULE))
+    (tmp_path / "conf" / "attention").mkdir(parents=True)
+    (tmp_path / "conf" / "attention" / "buggy_score.yaml").write_text(
+        "_target_: mypkg.buggy.BuggyScore\nname: buggy_score\nwidth: 3\n")
+    out = tmp_path / "run"
+    env = train_env(tmp_path / "no-data", tmp_path / "cache")  # the model is checked before any data work
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "train.py", "attention=buggy_score", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+         "model=tiny", "logger=csv", f"hydra.run.dir={out}"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback (most recent call last)" in proc.stderr, proc.stderr[-3000:]
+    last_frames = proc.stderr.strip().splitlines()[-4:]
+    assert any(str(tmp_path / "mypkg" / "buggy.py") in line for line in last_frames), proc.stderr[-3000:]
+    assert proc.stderr.strip().endswith("NameError: name 'undefined_in_my_constructor' is not defined")
+    failure = json.loads((out / "failure.json").read_text())
+    assert failure["error_type"] == "NameError", failure

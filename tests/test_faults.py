@@ -437,3 +437,31 @@ def test_wandb_bad_entity_still_trains_and_logs_offline(toy, tmp_path, monkeypat
     assert metrics["wandb_mode"] == "offline" and metrics["test/acc"] == summary["test/acc"]
     run = _wandb_run(out)
     assert run["state"] == "finished" and run["summary"]["test/acc"] == pytest.approx(summary["test/acc"])
+
+
+def test_a_value_a_callback_refuses_is_one_config_error_naming_the_key():
+    """`callbacks.attention_maps.n_sentences=0`: before, a ValueError traceback under "Error executing job";
+    now a ConfigError (one `Error: ...` line on the command line) with the callback's own words."""
+    from omegaconf import OmegaConf
+
+    from attnbench.errors import ConfigError
+    from attnbench.run.train import build
+
+    node = OmegaConf.create({"_target_": "attnbench.viz.AttentionMapLogger", "n_sentences": 0})
+    with pytest.raises(ConfigError) as err:
+        build(node, "callbacks")
+    assert str(err.value) == ("invalid callbacks config: callbacks.attention_maps: n_sentences and min_tokens must be "
+                              ">= 1 and max_tokens >= min_tokens, got 0, 5, 16")
+
+
+def test_a_bug_in_a_callback_constructor_keeps_its_own_exception():
+    """A TypeError inside a constructor is a bug: the exception itself, not Hydra's wrapper, not a ConfigError."""
+    from omegaconf import OmegaConf
+
+    from attnbench.run.train import build
+
+    node = OmegaConf.create({"_target_": "attnbench.viz.AttentionMapLogger", "n_sentences": [2]})
+    with pytest.raises(TypeError) as err:
+        build(node, "callbacks")
+    assert "int() argument must be" in str(err.value)
+    assert err.traceback[-1].name == "__init__"  # the constructor's own frame, not Hydra's wrapper

@@ -311,3 +311,51 @@ def test_cross_validation_folds_are_replicates_of_one_variant(tmp_path):
                                                 rel=1e-9)
     markdown = report.build_report(jobs, swept, str(root), tmp_path / "out", fixed=fixed, attention_maps=False)
     assert "Cross-validation: each variant's 5 folds (data.fold) are replicates" in markdown
+
+
+def test_a_single_run_failed_by_a_bug_counts_as_failed_with_its_error(tmp_path, capsys):
+    """A single run whose job raised a bug (not a user-facing error) writes no ERROR line to train.log, only
+    failure.json. Before: the report called it "incomplete (killed or still running)" with error "–"."""
+    root = tmp_path / "runs"
+    _run(root, "2026-11-30_06-00-00_scaled_dot-sst2-s0", _config("scaled_dot", 0), ["trainer.max_steps=150"],
+         _metrics(0.80))
+    bug = _run(root, "2026-11-30_06-01-00_dot-sst2-s0", _config("dot", 0), ["attention=dot"], None,
+               log="[2026-11-30 06:01:02,000][attnbench][INFO] Loading sst2\n")
+    (bug / "failure.json").write_text(json.dumps({
+        "status": "failed", "error": "NameError: name 'undefined_name' is not defined", "error_type": "NameError",
+        "where": "before training", "checkpoint": None, "metrics_so_far": {}}))
+    killed = _run(root, "2026-11-30_06-02-00_dot-sst2-s0", _config("dot", 0), ["attention=dot"], None)
+    (killed / "failure.json").write_text(json.dumps({
+        "status": "interrupted", "error": "Interrupted at step 3", "error_type": "RunInterrupted",
+        "where": "step 3", "checkpoint": "x.ckpt", "metrics_so_far": {}}))
+    assert report.main([str(root), "--out", str(tmp_path / "out"), "--no-attention-maps"]) == 0
+    markdown = capsys.readouterr().out
+    jobs, _, _ = report.read_runs([root])
+    status = dict(zip(jobs["job"], jobs["status"]))
+    assert status["2026-11-30_06-01-00_dot-sst2-s0"] == "failed"
+    assert status["2026-11-30_06-02-00_dot-sst2-s0"] == "incomplete"  # an interruption is not a failure
+    assert "1 finished, 1 failed, 1 incomplete" in markdown
+    assert "NameError: name 'undefined_name' is not defined" in markdown
+
+
+def test_references_to_other_keys_are_no_settings_of_their_own(tmp_path, capsys):
+    """.hydra/config.yaml is saved unresolved: train.yaml's `module` node is references (`lr: ${optim.lr}`).
+    Before: the report's "Settings held fixed" and the W&B summary's `fixed` listed `module.optimizer.lr=${optim.lr}`,
+    `module.model=${model}`, ...; the keys they name (optim.lr, model) are the settings."""
+    root = tmp_path / "runs"
+    for attention, acc in (("scaled_dot", 0.8), ("dot", 0.7)):
+        config = _config(attention, 0)
+        config["module"] = {"_target_": "attnbench.models.module.TextClassifierModule", "model": "${model}",
+                            "attention": "${attention}", "optimizer": {"lr": "${optim.lr}", "betas": "${optim.betas}"},
+                            "scheduler": {"warmup_ratio": 0.1}}
+        config["data"]["local_dir"] = "${oc.env:ATTNBENCH_DATA_DIR,null}"
+        _run(root, f"2026-11-30_07-00-0{int(acc * 10)}_{attention}-sst2-s0", config, [f"attention={attention}"],
+             _metrics(acc))
+    assert report.main([str(root), "--out", str(tmp_path / "out"), "--no-attention-maps"]) == 0
+    markdown = capsys.readouterr().out
+    _, swept, fixed = report.read_runs([root])
+    assert swept == ["attention"]
+    assert "${" not in markdown.split("## Settings", 1)[1].split("##", 1)[0]
+    assert not any(k in fixed for k in ("module.model", "module.attention", "module.optimizer.lr"))
+    assert fixed["module.scheduler.warmup_ratio"] == "0.1"  # a value of its own stays a setting
+    assert fixed["optim.lr"] == "0.001"

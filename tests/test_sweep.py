@@ -145,3 +145,25 @@ def test_optuna_sweep_with_a_failed_trial_lists_it_and_exits_1(tmp_path, data_di
     lines = _assert_failure_list(proc, sweep_dir, failed=len(failed), total=4)
     assert all("d_model=64 is not divisible by n_heads=3" in line for line in lines)
     assert (sweep_dir / "optimization_results.yaml").is_file()  # the study's results are still written
+
+
+def test_sweep_summary_is_one_line_per_job_for_a_multi_line_error(tmp_path):
+    """A job whose error message has line breaks (Hydra's InstantiationException text, a traceback-like message)
+    still gets one line in the end-of-sweep list. Before: the joblib sweep of `attention=dot,buggy` printed the
+    failed job's message over four lines, the continuation lines without a job name."""
+    from attnbench.run.hydra_callbacks import SWEEP_JOBS_DIR, sweep_summary
+
+    jobs = tmp_path / SWEEP_JOBS_DIR
+    jobs.mkdir()
+    (jobs / "0.json").write_text(json.dumps({"num": 0, "status": "ok", "output_dir": str(tmp_path / "0_dot"),
+                                             "summary": {"test/acc": 0.5}}))
+    (jobs / "1.json").write_text(json.dumps({
+        "num": 1, "status": "failed", "output_dir": str(tmp_path / "1_buggy"),
+        "error": "InstantiationException: Error in call to target 'm.M':\nNameError(\"name 'x' is not defined\")\n"
+                 "full_key: module"}))
+    text, failed = sweep_summary(tmp_path)
+    assert failed == 1
+    (line,) = [line for line in text.splitlines() if "1_buggy" in line]
+    assert line == ("  failed  1_buggy  Error: InstantiationException: Error in call to target 'm.M': "
+                    "NameError(\"name 'x' is not defined\") full_key: module")
+    assert not any(line.startswith(("NameError", "full_key")) for line in text.splitlines())

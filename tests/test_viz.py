@@ -225,3 +225,22 @@ def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tm
     rows = [json.loads(line)["history"]["item"] for line in history.splitlines() if '"type":"history"' in line]
     for panel in lines:  # the series exist in the run's history, against the step the panel plots
         assert any(panel["y"][0] in row and panel["x"] in row for row in rows), panel
+
+
+def test_a_long_title_fits_a_narrow_figure():
+    """model=tiny has 1 layer x 2 heads: the figure is about 4.3 inches wide, and the title's settings line
+    (report.py: `fixed: data=sst2, model=tiny, ...`, ~170 characters) ran off both edges, unreadable."""
+    weights = [torch.rand(2, 5, 5).softmax(-1)]
+    title = ("test sentence 1 (row 0): it ' s a charming and often affecting journey .\nfixed: data=sst2, model=tiny, "
+             "seed=0, trainer.max_steps=20, trainer.max_epochs=3, data.max_train_samples=500, data.max_length=64, "
+             "model.head_dim=null, data.batch_size=64, optim.lr=0.001, data.tokenizer.kind=wordpiece")
+    fig = draw([("dot", weights, list("abcde")), ("cosine", weights, list("abcde"))], title)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig._suptitle.get_window_extent(renderer)
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+    words = fig._suptitle.get_text().split()
+    assert words == title.split()  # wrapped, nothing dropped

@@ -8,6 +8,7 @@ imports them and re-exports them as ``report.mean_ci`` / ``report.summarise``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -140,15 +141,20 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}`` (values through :func:`format_setting`); lists stay one value.
 
     A W&B run config's ``{"value": ...}`` wrappers are not handled here: ``wandb.Api`` unwraps them.
+    A value that only points at another key (``module.optimizer.lr: ${optim.lr}``, as Hydra saves
+    ``.hydra/config.yaml`` unresolved) is left out: it is no setting of its own, the key it names is one.
     """
     flat: dict[str, str] = {}
     for key, value in (config or {}).items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value:
             flat.update(flatten_config(value, name + "."))
-        else:
+        elif not (isinstance(value, str) and _NODE_REFERENCE.fullmatch(value)):
             flat[name] = format_setting(value)
     return flat
+
+
+_NODE_REFERENCE = re.compile(r"\$\{[A-Za-z_][\w.]*\}")  # ${optim.lr}; not a resolver call (${oc.env:X})
 
 
 def split_settings(settings: list[dict[str, str]], explicit: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:

@@ -108,7 +108,9 @@ class DataConfig:
             raise DataConfigError(f"data.num_workers must be an integer >= 0, got {self.num_workers!r}")
         for key in ("val_size", "test_size"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            # a value >= 1 is a row count: 1.5 is neither (it used to mean int(1.5) = 1 row, silently)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or (
+                    value >= 1 and not float(value).is_integer()):
                 raise DataConfigError(f"data.{key} must be a fraction in (0, 1) or a row count >= 1, got {value}")
         if not _is_int(self.split_seed):
             raise DataConfigError(f"data.split_seed must be an integer, got {self.split_seed!r}")

@@ -137,8 +137,9 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
             log.info("Loading %s from local Parquet files in %s", cfg.name, local_dir / cfg.name)
             return Source(_read_files("parquet", files, cfg.name), roles, str(local_dir / cfg.name),
                           [cfg.hub_id, cfg.hub_config, str(local_dir)])
-        log.warning("Local data not found (%s); %s.", ", ".join(str(local_dir / cfg.name / m) for m in missing),
-                    f"trying the Hugging Face Hub ({cfg.hub_id})" if cfg.hub_id else "no Hub dataset is named")
+        if cfg.hub_id:  # with nowhere else to look, the error below says it once (not a warning, then the same)
+            log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).",
+                        ", ".join(str(local_dir / cfg.name / m) for m in missing), cfg.hub_id)
     hub_error = "data.hub_id is null" if cfg.hub_id is None else hub_offline_reason()
     if hub_error is None:
         try:

@@ -43,7 +43,9 @@ def from_instantiation(err: Exception, what: str) -> BaseException:
 
     Hydra wraps a constructor's exception; an :class:`AttnbenchError` (the data module's own messages) is
     shown as it is, a trainer's ``MisconfigurationException``/``ValueError``/``TypeError`` (``trainer=gpu``
-    on a machine without one) as ``invalid trainer config: ...``; anything else is ``err`` itself.
+    on a machine without one) as ``invalid trainer config: ...``, another constructor's ``ValueError``/``KeyError``
+    (a value it refused, e.g. ``callbacks.attention_maps.n_sentences=0``) as ``invalid <what> config: ...``;
+    anything else (a bug) is ``err`` itself.
     """
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
@@ -52,6 +54,9 @@ def from_instantiation(err: Exception, what: str) -> BaseException:
         return cause
     if what == "trainer" and isinstance(cause, MisconfigurationException | ValueError | TypeError):
         return ConfigError(f"invalid trainer config: {cause}")
+    if isinstance(cause, ValueError | KeyError):  # a value a logger's or callback's constructor refused
+        message = cause.args[0] if cause.args else repr(cause)  # a KeyError's str() is quoted
+        return ConfigError(f"invalid {what} config: {message}")
     return err
 
 

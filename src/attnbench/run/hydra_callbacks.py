@@ -198,7 +198,8 @@ def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
     for r in records:
         name = Path(str(r.get("output_dir"))).name
         if r.get("status") == "failed":
-            lines.append(f"  failed  {name}  Error: {r.get('error')}")
+            error = " ".join(str(r.get("error")).split())  # one line per job, whatever the message's line breaks
+            lines.append(f"  failed  {name}  Error: {error}")
             continue
         metrics = r.get("metrics") or {}
         figures = [f"{labels[key]} {fmt.format(metrics[key]) if isinstance(metrics.get(key), int | float) else '-'}"

@@ -62,8 +62,21 @@ def build(node: DictConfig, what: str, **kwargs: Any) -> Any:
     except InstantiationException as err:
         shown = from_instantiation(err, what)
         if shown is err:
-            raise
+            raise_own_error(err)
         raise shown from None
+
+
+def raise_own_error(err: InstantiationException) -> None:
+    """Re-raise the exception a ``_target_``'s constructor raised (Hydra wraps it), with its own traceback.
+
+    A bug in a constructor (a user's score function, logger or callback) then ends in the
+    Python traceback of its own file and line, not in Hydra's one-line ``Error in call to target ...``
+    summary (which the command line prints without a traceback). Without a cause, ``err`` itself.
+    """
+    cause = err.__cause__
+    if cause is None:
+        raise err
+    raise cause.with_traceback(cause.__traceback__) from None
 
 
 def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
@@ -138,7 +151,7 @@ def check_config(cfg: DictConfig) -> None:
         # in a constructor and keeps its own traceback
         if isinstance(cause, ValueError | KeyError):
             raise invalid_config(cause) from None
-        raise
+        raise_own_error(err)
 
 
 def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: dict[str, Any]) -> list:

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -157,8 +158,13 @@ def draw(rows: Sequence[tuple[str, list[Tensor], list[str]]], title: str, cell: 
                     ax.set_ylabel(label, fontsize=8)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle(title, fontsize=8)
+    # wrapped to the figure's width: a narrow figure (model=tiny: 2 heatmaps) clipped the settings line on both sides
+    width_chars = max(30, int(fig.get_figwidth() * _TITLE_CHARS_PER_INCH))
+    fig.suptitle("\n".join(textwrap.fill(line, width_chars) for line in title.splitlines()), fontsize=8)
     return fig
+
+
+_TITLE_CHARS_PER_INCH = 13  # characters of 8-point sans-serif per inch of figure width, with a margin
 
 
 def _slug(text: str) -> str:

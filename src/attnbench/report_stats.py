@@ -132,7 +132,8 @@ def format_setting(value: Any) -> str:
 
 def is_relevant(key: str) -> bool:
     """Whether config key ``key`` (dotted) can change what a run measures (not a path, a logger or a name)."""
-    if key.split(".")[-1] == "_target_" or key.startswith("_"):
+    leaf = key.split(".")[-1]
+    if key.startswith("_") or leaf.startswith("_") and leaf.endswith("_"):  # Hydra's _target_, _partial_, ...
         return False
     return not any(key == k or key.startswith(k + ".") for k in IRRELEVANT_KEYS)
 

@@ -248,3 +248,14 @@ def test_headline_order_and_limit():
     assert headline(fixed) == "data=sst2, seed=0, trainer.max_steps=150, optim.lr=0.001"
     assert headline(fixed, limit=2) == "data=sst2, seed=0"
     assert headline({"model.d_ff": "256"}) == "nothing held fixed"
+
+
+def test_hydra_instantiation_keys_are_no_settings():
+    """``module._recursive_``, ``module.optimizer._partial_`` and ``attention._target_`` say how a config is
+    built, not what a run measures: neither swept nor held fixed."""
+    from attnbench.report_stats import is_relevant
+
+    for key in ("module._recursive_", "module.optimizer._partial_", "attention._target_", "_meta"):
+        assert not is_relevant(key), key
+    for key in ("optim.lr", "data.fold", "model.head_dim", "attention.hidden_dim", "data.val_size"):
+        assert is_relevant(key), key

@@ -111,3 +111,13 @@ def test_compiled_short_run_trains_and_matches_eager():
     assert compiled_module.model._compiled_call_impl is not None
     assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) <= 1e-5
     assert sum(compiled[6:]) < sum(compiled[:6]) - 0.1
+
+
+def test_compile_settings_from_hydra_are_saved_as_plain_values():
+    """``compile`` arrives as a DictConfig from ``conf/train.yaml``: the checkpoint's hyperparameters must hold
+    plain values, or ``torch.load(weights_only=True)`` refuses the checkpoint (resume, test with ckpt)."""
+    from omegaconf import OmegaConf
+
+    module = _module(OmegaConf.create({"enabled": False, "dynamic": True, "mode": "default"}))
+    assert type(module.hparams["compile"]) is dict
+    assert module.hparams["compile"] == {"enabled": False, "dynamic": True, "mode": "default"}

@@ -63,6 +63,7 @@ class TextClassifierModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         model, attention = _plain(model), _plain(attention)
+        compile = None if compile is None else _plain(compile)  # plain values in the checkpoint's hyperparameters
         # the run config is the resolved Hydra config; the two factories are code, not hyperparameters
         self.save_hyperparameters(logger=False, ignore=["optimizer", "scheduler"])
         if optimizer is None or scheduler is None:
@@ -80,7 +81,7 @@ class TextClassifierModule(pl.LightningModule):
             pad_id=pad_id,
             **model,
         )
-        self.compile_settings = check_compile(_plain(compile or {}))  # raises ConfigError naming compile.<key>
+        self.compile_settings = check_compile(compile or {})  # raises ConfigError naming compile.<key>
         if self.compile_settings["enabled"]:
             self.model.compile(dynamic=self.compile_settings["dynamic"], mode=self.compile_settings["mode"])
         metrics = MetricCollection(

@@ -23,6 +23,14 @@ GEMM peak measured at the same thread count, and model FLOP utilisation
 (MFU = useful FLOP/s / peak; also on padded FLOPs), plus the tokens/s ratio to
 the first mode.
 
+``--variants "optim.impl=for_loop;optim.impl=fused"`` compares sets of Hydra
+overrides (``;`` between variants, ``,``-free spaces between a variant's
+overrides) inside attnbench's training step, interleaved, on the same
+batches: tokens/s, its ratio to the first variant, and the wall time of the
+first optimizer step (for ``compile.enabled=true`` it holds the compilation:
+the compile time is its excess over the eager variant's first step), plus the
+number of graphs ``torch.compile`` built.
+
 ``--attention scaled_dot,euclidean,cosine`` instead compares score functions
 inside attnbench's training step (same batches, runs interleaved, best of
 ``--repeats``) and prints each one's tokens/s and its ratio to the first.
@@ -32,6 +40,7 @@ inside attnbench's training step (same batches, runs interleaved, best of
     python scripts/bench_train.py --attention scaled_dot,euclidean,cosine --repeats 3
     python scripts/bench_train.py --diagnostics --repeats 3   # overhead of the attention diagnostics
     taskset -c 1 python scripts/bench_train.py --threads 1 --batching random,length_grouped
+    taskset -c 1 python scripts/bench_train.py --threads 1 --variants "compile.enabled=false;compile.enabled=true"
 """
 
 from __future__ import annotations
@@ -172,7 +181,24 @@ def _datamodule(cfg):
 
 def module_kwargs(cfg) -> dict:
     """The ``model``, ``attention`` and ``optim`` arguments of ``TextClassifierModule`` (as ``train`` builds it)."""
-    return {"model": cfg.model, "attention": cfg.attention, "optim": cfg.optim}
+    return {"model": cfg.model, "attention": cfg.attention, "optim": cfg.optim, "compile": cfg.get("compile")}
+
+
+class FirstStepTimer(pl.Callback):
+    """Wall seconds of the first training step (batch start to batch end): with ``torch.compile`` it holds the
+    tracing and compilation of the forward and backward graphs."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None
+        self._t0 = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.seconds is None:
+            self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.seconds is None:
+            self.seconds = time.perf_counter() - self._t0
 
 
 def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None,
@@ -210,6 +236,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--batching", default=None,
                         help="comma-separated data.batching modes to compare inside attnbench, with FLOPs and MFU "
                              "(first = reference), e.g. random,length_grouped")
+    parser.add_argument("--variants", default=None,
+                        help="';'-separated sets of Hydra overrides to compare inside attnbench (first = reference), "
+                             "e.g. \"optim.impl=for_loop;optim.impl=fused\" or "
+                             "\"compile.enabled=false;compile.enabled=true\"")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's choice); pin cores with taskset")
     parser.add_argument("--diagnostics", action="store_true",
@@ -220,6 +250,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         torch.set_num_threads(args.threads)
     if args.batching:
         return compare_batching(args)
+    if args.variants:
+        return compare_variants(args)
     if args.attention:
         return compare_attention(args)
     if args.diagnostics:
@@ -301,6 +333,48 @@ def compare_batching(args: argparse.Namespace) -> dict[str, dict[str, float]]:
               f"{r['useful_flops_per_step'] / 1e9:.3f} G")
         print(f"  {'':<15} useful {r['useful_flops_per_sec'] / 1e9:.1f} GFLOP/s: MFU useful {r['mfu_useful']:.1%}, "
               f"padded {r['mfu_padded']:.1%}")
+    return out
+
+
+def compare_variants(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Tokens/s and first-step seconds of several override sets (``--variants``), interleaved, in one run."""
+    import torch._dynamo
+
+    names = [v.strip() for v in args.variants.split(";") if v.strip()]
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfgs = {n: compose("train", overrides=["attention=scaled_dot", f"model={args.model}", *args.overrides,
+                                               *n.split()]) for n in names}
+    dms: dict[str, object] = {}
+    for n in names:  # one data module per distinct data config
+        key = OmegaConf.to_yaml(cfgs[n].data)
+        dms[n] = next((dms[m] for m in dms if OmegaConf.to_yaml(cfgs[m].data) == key), None) or _datamodule(cfgs[n])
+    rates: dict[str, list[float]] = {n: [] for n in names}
+    first_step: dict[str, list[float]] = {n: [] for n in names}
+    graphs: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as log_dir:
+        for _ in range(args.repeats):
+            for n in names:
+                torch._dynamo.reset()  # every compiled run compiles afresh: its first step holds the compile time
+                torch._dynamo.utils.counters.clear()
+                timer = FirstStepTimer()
+                pl.seed_everything(cfgs[n].seed, workers=True)
+                rates[n].append(lightning_run(cfgs[n], dms[n], args.steps, args.warmup, log_dir,
+                                              extra_callbacks=(timer,)))
+                first_step[n].append(float(timer.seconds))
+                graphs[n] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    out = {n: {"tokens_per_sec": max(rates[n]), "first_step_sec": sorted(first_step[n])[len(first_step[n]) // 2],
+               "graphs": float(graphs[n])} for n in names}
+    ref = out[names[0]]
+    print(f"\nmodel={args.model}, data={cfgs[names[0]].data.name} ({cfgs[names[0]].data.batching} batches), "
+          f"batch={cfgs[names[0]].data.batch_size}, {args.steps} steps ({args.warmup} warm-up), best of "
+          f"{args.repeats} interleaved runs, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for n in names:
+        r = out[n]
+        runs = ", ".join(f"{x:,.0f}" for x in rates[n])
+        print(f"  {n:<40} train tokens/s {r['tokens_per_sec']:>9,.0f}  ratio {r['tokens_per_sec'] / ref['tokens_per_sec']:.3f}"
+              f"  first step {r['first_step_sec']:.2f} s (+{r['first_step_sec'] - ref['first_step_sec']:.2f} s)"
+              f"  graphs compiled {int(r['graphs'])}  (runs: {runs})")
     return out
 
 

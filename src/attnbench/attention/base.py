@@ -400,6 +400,8 @@ def sdpa_attend(
     pad = (key_padding_mask & ~all_pad[:, None])[:, None, None, :]
     attn_mask = ~pad if key_bias is None else key_bias.masked_fill(pad, float("-inf"))
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
-    if all_pad.device.type == "cpu" and not bool(all_pad.any()):
-        return out  # nothing to zero (the usual case): skip a full pass over the output (no device sync on CPU)
+    if all_pad.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(all_pad.any()):
+        # nothing to zero (the usual case): skip a full pass over the output (no device sync on CPU). Under
+        # torch.compile the test would break the graph; there the fill is fused into the graph instead.
+        return out
     return out.masked_fill(all_pad[:, None, None, None], 0.0)

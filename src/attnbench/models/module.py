@@ -15,7 +15,7 @@ from torch import Tensor
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnbench.config import check_optim
+from attnbench.config import check_compile, check_optim
 from attnbench.models.model import TransformerClassifier
 from attnbench.models.optim import adamw, warmup_decay
 
@@ -38,6 +38,9 @@ class TextClassifierModule(pl.LightningModule):
             (``cfg.scheduler``, a ``_partial_`` :func:`attnbench.models.optim.warmup_decay`).
         optim: instead of ``optimizer`` and ``scheduler`` (scripts, tests): the ``optim.*`` settings; missing
             keys take the defaults of :class:`attnbench.config.OptimConfig`.
+        compile: the ``compile.*`` settings (:class:`attnbench.config.CompileConfig`; missing keys take its
+            defaults). With ``enabled`` the model is compiled in place (``nn.Module.compile``: parameter names,
+            checkpoints and ``state_dict`` stay those of the eager model).
 
     Logs ``train/loss`` (per step), ``train/acc``, ``val/loss``, ``val/acc``,
     ``val/acc_best``, ``test/loss``, ``test/acc``, ``test/f1_macro`` (per epoch).
@@ -56,15 +59,17 @@ class TextClassifierModule(pl.LightningModule):
         optim: Mapping[str, Any] | None = None,
         optimizer: Callable[..., torch.optim.Optimizer] | None = None,
         scheduler: Callable[..., Any] | None = None,
+        compile: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         model, attention = _plain(model), _plain(attention)
+        compile = None if compile is None else _plain(compile)  # plain values in the checkpoint's hyperparameters
         # the run config is the resolved Hydra config; the two factories are code, not hyperparameters
         self.save_hyperparameters(logger=False, ignore=["optimizer", "scheduler"])
         if optimizer is None or scheduler is None:
             settings = check_optim(_plain(optim or {}))  # raises ConfigError naming optim.<key>
             optimizer = optimizer or partial(adamw, lr=settings["lr"], weight_decay=settings["weight_decay"],
-                                             betas=settings["betas"], eps=settings["eps"])
+                                             betas=settings["betas"], eps=settings["eps"], impl=settings["impl"])
             scheduler = scheduler or partial(warmup_decay, warmup_ratio=settings["warmup_ratio"],
                                              schedule=settings["schedule"], min_lr_ratio=settings["min_lr_ratio"])
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
@@ -76,6 +81,9 @@ class TextClassifierModule(pl.LightningModule):
             pad_id=pad_id,
             **model,
         )
+        self.compile_settings = check_compile(compile or {})  # raises ConfigError naming compile.<key>
+        if self.compile_settings["enabled"]:
+            self.model.compile(dynamic=self.compile_settings["dynamic"], mode=self.compile_settings["mode"])
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),

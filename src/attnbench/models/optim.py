@@ -46,14 +46,27 @@ def decay_parameter_groups(model: nn.Module) -> tuple[dict[str, nn.Parameter], d
     return decay, no_decay
 
 
-def adamw(model: nn.Module, lr: float, weight_decay: float, betas: Sequence[float], eps: float) -> torch.optim.AdamW:
+def adamw(model: nn.Module, lr: float, weight_decay: float, betas: Sequence[float], eps: float,
+          impl: str = "fused") -> torch.optim.AdamW:
     """AdamW over ``model``'s trainable parameters: ``weight_decay`` on the decayed group, 0 on the other.
 
     Group 0 is the decayed one, group 1 the other (the order ``LearningRateMonitor`` names them in).
     The ``_target_`` of ``optimizer`` in ``conf/train.yaml`` (``_partial_``: the module gives ``model``);
     the values are ``optim.*`` (:class:`attnbench.config.OptimConfig`: defaults and ranges).
+    ``impl`` selects torch's implementation of the same update: ``for_loop`` (``foreach=False``),
+    ``foreach`` (``foreach=True``) or ``fused`` (``fused=True``); they agree up to float rounding.
+
+    Raises:
+        ConfigError: ``impl`` is none of the three (names ``optim.impl``).
     """
     import torch
+
+    from attnbench.config import OPTIM_IMPLS, range_message
+    from attnbench.errors import ConfigError
+
+    if impl not in OPTIM_IMPLS:
+        raise ConfigError(range_message("optim.impl", impl))
+    flags = {"for_loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[impl]
 
     decay, no_decay = decay_parameter_groups(model)
     return torch.optim.AdamW(
@@ -64,6 +77,7 @@ def adamw(model: nn.Module, lr: float, weight_decay: float, betas: Sequence[floa
         lr=float(lr),
         betas=(float(betas[0]), float(betas[1])),
         eps=float(eps),
+        **flags,
     )
 
 

@@ -12,7 +12,8 @@ equivalent mutants in ``scripts/mutation_equivalent.txt`` (one
   counts mutants a test failed on (or that timed out / crashed), and
   "no tests" and "survived" count against the score;
 - the groups the targets are set for (docs/testing.md): score functions,
-  report statistics, callbacks arithmetic;
+  report statistics (>= 90%); throughput/diagnostics arithmetic, data
+  splits/samplers/cache key, resume state (>= 80%);
 - every surviving mutant that is not listed as equivalent, with its diff
   (these are the ones to kill with a test, or to review and list);
 - the equivalent mutants with their reasons.
@@ -24,6 +25,7 @@ is met, 1 otherwise (so CI or a reviewer sees a regression at once).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -36,13 +38,15 @@ EQUIVALENT_FILE = ROOT / "scripts" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 # (group, target, predicate on the mutant name)
-_CALLBACK_ARITHMETIC = re.compile(
-    r"^attnbench\.callbacks\.(run_stats\.(xǁRunStatsǁ|x_batch_size__|x_num_tokens__)|diagnostics\.x_attention_statistics__)"
-)
 GROUPS = [
     ("score functions and fast paths (attention/)", 0.90, lambda n: n.startswith("attnbench.attention.")),
     ("report statistics (report_stats.py)", 0.90, lambda n: n.startswith("attnbench.report_stats.")),
-    ("callbacks arithmetic (RunStats, attention_statistics)", 0.80, lambda n: bool(_CALLBACK_ARITHMETIC.match(n))),
+    ("throughput and diagnostics arithmetic (callbacks/run_stats.py, callbacks/diagnostics.py)", 0.80,
+     lambda n: n.startswith(("attnbench.callbacks.run_stats.", "attnbench.callbacks.diagnostics."))),
+    ("data splits, samplers, cache key (data/splits.py, samplers.py, cache.py)", 0.80,
+     lambda n: n.startswith(("attnbench.data.splits.", "attnbench.data.samplers.", "attnbench.data.cache."))),
+    ("resume state (callbacks/resume_state.py, run/resume.py)", 0.80,
+     lambda n: n.startswith(("attnbench.callbacks.resume_state.", "attnbench.run.resume."))),
 ]
 
 
@@ -108,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "mutation.md")
     parser.add_argument("--wall-seconds", type=float, default=None, help="wall time of the mutmut run (for the page)")
+    parser.add_argument("--save-scores", type=Path, default=None,
+                        help="also write {module: [killed, counted, score]} of this run as JSON (a baseline)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a --save-scores JSON of an earlier run: adds its score per module as 'before'")
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # mutmut reads pyproject.toml and mutants/ from the working directory
 
@@ -127,14 +135,21 @@ def main(argv: list[str] | None = None) -> int:
              "Score = killed / (mutants − reviewed equivalent); \"no tests\" and \"survived\" count against it.", ""]
     if args.wall_seconds is not None:
         lines += [f"Wall time of the run: {args.wall_seconds / 60:.1f} min ({len(results)} mutants).", ""]
-    lines += ["| module | mutants | killed | survived | no tests | not run | equivalent | score |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    before = json.loads(args.before.read_text()) if args.before else {}
+    lines += ["| module | mutants | killed | survived | no tests | not run | equivalent | score |"
+              + (" before |" if before else ""),
+              "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if before else "")]
+    saved = {}
     for module in sorted(by_module):
         names = by_module[module]
         counts = Counter(results[n] for n in names)
         killed, counted, eq, frac = score(names, results, equivalent)
+        saved[module] = [killed, counted, frac]
+        was = (f" {before[module][2]:.1%} |" if module in before else " – |") if before else ""
         lines.append(f"| `{module}` | {len(names)} | {killed} | {counts['survived']} | {counts['no tests']} "
-                     f"| {counts['not checked']} | {eq} | {frac:.1%} |")
+                     f"| {counts['not checked']} | {eq} | {frac:.1%} |{was}")
+    if args.save_scores:
+        args.save_scores.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     lines += ["", "| target group | mutants | killed | equivalent | score | target |", "|---|---:|---:|---:|---:|---:|"]
     ok = True
     for group, target, pred in GROUPS:

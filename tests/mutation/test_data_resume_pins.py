@@ -427,6 +427,11 @@ def test_log_step_is_aligned_once_after_an_epoch_end_resume():
     loop._batches_that_stepped = 21
     cb.on_train_epoch_start(trainer, None)  # only the first epoch after the resume
     assert loop._batches_that_stepped == 21
+    # a loop without Lightning's private counter (another Lightning version): nothing to align, no error
+    cb._align_log_step = True
+    cb.on_train_epoch_start(SimpleNamespace(optimizers=[object()], global_step=20,
+                                            fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace())), None)
+    assert cb._align_log_step is False
     # two optimizers or a counter that is right: unchanged
     for optimizers, stepped in (([object(), object()], 21), ([object()], 20), ([object()], 22)):
         cb._align_log_step = True

@@ -439,3 +439,27 @@ def test_log_step_is_aligned_once_after_an_epoch_end_resume():
         cb.on_train_epoch_start(SimpleNamespace(optimizers=optimizers, global_step=20,
                                                 fit_loop=SimpleNamespace(epoch_loop=loop)), None)
         assert loop._batches_that_stepped == stepped
+
+
+def test_samplers_inside_batch_samplers_follow_too_and_odd_loaders_are_skipped():
+    inner = EpochShuffleSampler(_data(8), seed=0)
+    batch_sampler = LengthGroupedBatchSampler(inner, 2, False, [1] * 8)
+    loaders = [SimpleNamespace(batch_sampler=batch_sampler), SimpleNamespace()]  # no sampler attributes at all
+    trainer = SimpleNamespace(current_epoch=4, fit_loop=SimpleNamespace(
+        _combined_loader=SimpleNamespace(flattened=loaders)))
+    rs._samplers_follow_current_epoch(trainer)
+    inner.set_epoch(9)
+    assert inner.epoch == 4  # the length-grouped loader's sampler (Lightning sets it via batch_sampler.sampler)
+    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0, fit_loop=SimpleNamespace()))  # no loader yet
+    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0,
+                                                      fit_loop=SimpleNamespace(_combined_loader=None)))
+
+
+def test_checkpoint_extras_reads_full_lightning_checkpoints(tmp_path):
+    """A Lightning checkpoint pickles arbitrary objects (hyper-parameters): it must load, not only tensors."""
+    import argparse
+
+    path = tmp_path / "l.ckpt"
+    torch.save({"hyper_parameters": argparse.Namespace(lr=0.1), "state_dict": {"w": torch.ones(2)},
+                "attnbench": {"wandb_run": None}, "global_step": 5, "epoch": 1}, path)
+    assert checkpoint_extras(str(path)) == {"wandb_run": None, "global_step": 5, "epoch": 1}

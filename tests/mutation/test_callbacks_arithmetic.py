@@ -156,6 +156,7 @@ def test_test_throughput_by_hand(clock):
     # 19 samples, 180 tokens in 2.0 s (the whole loop, first batch included)
     assert stats.summary["test/samples_per_sec"] == pytest.approx(9.5, rel=1e-12)
     assert stats.summary["test/tokens_per_sec"] == pytest.approx(90.0, rel=1e-12)
+    assert stats.summary["test/samples"] == 19 and stats.summary["test/tokens"] == 180  # the hand counts
     # a second test loop starts from zero
     stats.on_test_epoch_start(trainer, module)
     clock.t += 4.0
@@ -163,6 +164,7 @@ def test_test_throughput_by_hand(clock):
     stats.on_test_epoch_end(trainer, module)
     assert stats.summary["test/samples_per_sec"] == pytest.approx(0.5, rel=1e-12)
     assert stats.summary["test/tokens_per_sec"] == pytest.approx(2.0, rel=1e-12)
+    assert stats.summary["test/samples"] == 2 and stats.summary["test/tokens"] == 8
 
 
 def test_empty_or_instant_test_loop_reports_no_rate(clock):

@@ -195,21 +195,30 @@ def _select(cfg: Any, key: str) -> Any:
     return node
 
 
+def _with_defaults(settings: Any, schema: type, section: str, what: str) -> dict[str, Any]:
+    """``settings`` (a mapping or DictConfig, or None) as a plain dict over the defaults of dataclass ``schema``.
+
+    Raises:
+        ConfigError: a key ``schema`` does not have (``unknown <what> setting(s) <section>.<key>; ...``).
+    """
+    if OmegaConf.is_config(settings):
+        settings = OmegaConf.to_container(settings, resolve=True)
+    settings = dict(settings or {})
+    defaults = OmegaConf.to_container(OmegaConf.structured(schema))
+    unknown = sorted(set(settings) - set(defaults))
+    if unknown:
+        raise ConfigError(f"unknown {what} setting(s) {', '.join(section + '.' + k for k in unknown)}; "
+                          f"{section} has: {', '.join(sorted(defaults))}")
+    return {**defaults, **settings}
+
+
 def check_optim(optim: Any) -> dict[str, Any]:
     """The ``optim`` mapping with the :class:`OptimConfig` defaults for missing keys, checked against :data:`RANGES`.
 
     Raises:
         ConfigError: an unknown key, or a value out of range; the message names ``optim.<key>``.
     """
-    if OmegaConf.is_config(optim):
-        optim = OmegaConf.to_container(optim, resolve=True)
-    optim = dict(optim or {})
-    defaults = OmegaConf.to_container(OmegaConf.structured(OptimConfig))
-    unknown = sorted(set(optim) - set(defaults))
-    if unknown:
-        raise ConfigError(f"unknown optimizer setting(s) {', '.join('optim.' + k for k in unknown)}; "
-                          f"optim has: {', '.join(sorted(defaults))}")
-    values = {**defaults, **optim}
+    values = _with_defaults(optim, OptimConfig, "optim", "optimizer")
     for key in ("betas", "warmup_ratio", "min_lr_ratio", "lr", "weight_decay", "eps", "schedule", "impl"):
         if not RANGES["optim." + key][1](values[key]):
             raise ConfigError(range_message("optim." + key, values[key]))
@@ -222,15 +231,7 @@ def check_compile(settings: Any) -> dict[str, Any]:
     Raises:
         ConfigError: an unknown key or a value of the wrong kind; the message names ``compile.<key>``.
     """
-    if OmegaConf.is_config(settings):
-        settings = OmegaConf.to_container(settings, resolve=True)
-    settings = dict(settings or {})
-    defaults = OmegaConf.to_container(OmegaConf.structured(CompileConfig))
-    unknown = sorted(set(settings) - set(defaults))
-    if unknown:
-        raise ConfigError(f"unknown compile setting(s) {', '.join('compile.' + k for k in unknown)}; "
-                          f"compile has: {', '.join(sorted(defaults))}")
-    values = {**defaults, **settings}
+    values = _with_defaults(settings, CompileConfig, "compile", "compile")
     if not isinstance(values["enabled"], bool):
         raise ConfigError(f"compile.enabled must be true or false, got {values['enabled']!r}")
     if values["dynamic"] not in (True, False, None):

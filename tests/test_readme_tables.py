@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import pytest
 
@@ -27,10 +28,9 @@ def test_every_generated_table_matches_its_source():
 
 
 def test_check_fails_on_a_drifted_number(tmp_path):
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "results").mkdir()
-    source = json.loads((REPO_ROOT / "results" / "attention_cost_cpu.json").read_text())
-    (tmp_path / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
+    (tmp_path / "docs" / "results").mkdir(parents=True)
+    source = json.loads((REPO_ROOT / "docs" / "results" / "attention_cost_cpu.json").read_text())
+    (tmp_path / "docs" / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
     good = tables.render("docs/results/attention_cost_cpu.json")
     page = tmp_path / "docs" / "cost.md"
     page.write_text(f"text\n<!-- generated: docs/results/attention_cost_cpu.json -->\n{good}<!-- end generated -->\nmore\n")
@@ -40,7 +40,7 @@ def test_check_fails_on_a_drifted_number(tmp_path):
     assert tables.main(["--root", str(tmp_path)]) == 0  # rewrite ...
     assert "| 2.22 |" in page.read_text() and tables.main(["--check", "--root", str(tmp_path)]) == 0
     source["rows"][-1]["time_ms"] = 208  # ... and an edited source changes the derived ratio
-    (tmp_path / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
+    (tmp_path / "docs" / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
     assert tables.main(["--check", "--root", str(tmp_path)]) == 1
 
 
@@ -49,9 +49,19 @@ def test_derived_columns_by_hand():
                                                                   {"name": "x", "time_ms": 231, "peak_mib": 264}]})
     assert cost.splitlines()[2] == "| b | 104 ms | 1.00 | 22.1 MiB | 1.00 |"
     assert cost.splitlines()[3] == "| x | 231 ms | 2.22 | 264 MiB | 11.9 |"  # 231/104, 264/22.1
-    acc = tables.render_sampler_accuracy({"rows": [{"run": "r", "seed": 0, "random": 0.8050, "length_grouped": 0.8039},
-                                                   {"run": "r", "seed": 1, "random": 0.7993, "length_grouped": 0.8165}]})
-    assert acc.splitlines()[2:] == ["| r | 0 | 0.8050 | 0.8039 | −0.0011 |", "| r | 1 | 0.7993 | 0.8165 | +0.0172 |"]
+    runs = [{"batching": b, "seed": seed, "test/acc": acc}
+            for b, values in (("random", (0.80, 0.81, 0.79)), ("length_grouped", (0.81, 0.83, 0.80)))
+            for seed, acc in enumerate(values)]
+    acc = tables.render_batching_accuracy({"runs": runs})
+    # paired differences +0.01, +0.02, +0.01: their mean and Student-t half-width, by hand
+    diffs = [0.01, 0.02, 0.01]
+    mean = sum(diffs) / 3
+    std = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
+    half = 4.302652729911275 * std / math.sqrt(3)  # t(0.975, df=2)
+    assert acc.splitlines()[2:5] == ["| 0 | 0.8000 | 0.8100 | +0.0100 |", "| 1 | 0.8100 | 0.8300 | +0.0200 |",
+                                     "| 2 | 0.7900 | 0.8000 | +0.0100 |"]
+    assert acc.splitlines()[5] == (f"| mean (95% t interval, n = 3) | 0.8000 | 0.8133 | +{mean:.4f} "
+                                   f"[{'+' if mean - half > 0 else '−'}{abs(mean - half):.4f}, +{mean + half:.4f}] |")
 
 
 def test_unknown_source_is_named():

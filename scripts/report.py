@@ -41,6 +41,7 @@ import argparse
 import itertools
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -162,6 +163,41 @@ def _load_yaml(path: Path) -> Any:
         return None
 
 
+_PLAIN_REFERENCE = re.compile(r"\$\{[\w.]+\}")
+
+
+def _load_config(path: Path) -> Any:
+    """A run's ``.hydra/config.yaml`` with its interpolations resolved, as plain containers.
+
+    Hydra writes the composed config unresolved (``max_epochs: ${budget.${data.name}}``); compared as text, two
+    runs of one sweep would look alike where their values differ (3 vs 20 epochs). Each value is resolved
+    within the run's own config. Kept as text: a value that calls a resolver (``${hydra:...}``, ``${now:...}``,
+    ``${oc.env:...}``: it would be resolved in the report's process, not the run's), and a plain reference to
+    another key (``lr: ${optim.lr}``, ``module.attention: ${attention}``), which repeats that key's setting. ``None`` when the file is missing or not YAML.
+    """
+    from omegaconf import OmegaConf
+
+    raw = _load_yaml(path)
+    if not isinstance(raw, dict):
+        return raw
+    cfg = OmegaConf.create(raw)
+
+    def resolve(node: Any, prefix: str) -> Any:
+        if isinstance(node, dict):
+            return {k: resolve(v, f"{prefix}{k}.") for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v, f"{prefix}{i}.") for i, v in enumerate(node)]
+        if isinstance(node, str) and "${" in node and ":" not in node and not _PLAIN_REFERENCE.fullmatch(node):
+            try:
+                value = OmegaConf.select(cfg, prefix[:-1], throw_on_missing=False)
+            except Exception:  # noqa: BLE001 - an unknown resolver or a missing key: keep the text
+                return node
+            return node if OmegaConf.is_config(value) else value  # a whole section (${attention}) is a copy
+        return node
+
+    return resolve(raw, "")
+
+
 def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
     """A run's settings (``key -> value`` text) and the keys its command line set, from its ``.hydra/`` files.
 
@@ -172,7 +208,7 @@ def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
     Empty when the run has no ``.hydra/``.
     """
     hydra_dir = job_dir / ".hydra"
-    config = _load_yaml(hydra_dir / "config.yaml")
+    config = _load_config(hydra_dir / "config.yaml")
     flat = flatten_config(config) if isinstance(config, dict) else {}
     choices = ((_load_yaml(hydra_dir / "hydra.yaml") or {}).get("hydra", {}).get("runtime", {}).get("choices") or {})
     settings: dict[str, str] = {}  # the group choices first: they name the settings their keys belong to
@@ -481,7 +517,8 @@ def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -
 def _title(setting: str, fixed: dict[str, str]) -> str:
     import textwrap
 
-    return textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), 70)
+    text = textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), 70)
+    return text.replace("$", r"\$")  # a setting's text is not matplotlib mathtext
 
 
 def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None) -> dict[str, Any]:

@@ -359,3 +359,23 @@ def test_references_to_other_keys_are_no_settings_of_their_own(tmp_path, capsys)
     assert not any(k in fixed for k in ("module.model", "module.attention", "module.optimizer.lr"))
     assert fixed["module.scheduler.warmup_ratio"] == "0.1"  # a value of its own stays a setting
     assert fixed["optim.lr"] == "0.001"
+
+
+def test_an_interpolated_value_is_compared_resolved(tmp_path):
+    """experiment=compare sets `trainer.max_epochs: ${budget.${data.name}}` (3 on SST-2, 20 on TREC), and Hydra
+    saves it unresolved. Before: the report read the same text in every run and called max_epochs a fixed
+    setting, and its plot title (matplotlib mathtext on the `$`) raised ValueError."""
+    root = tmp_path / "runs"
+    for data, acc in (("sst2", 0.8), ("trec", 0.7)):
+        for attention in ("scaled_dot", "dot"):
+            config = _config(attention, 0, data=data)
+            config["budget"] = {"sst2": 3, "trec": 20}
+            config["trainer"]["max_epochs"] = "${budget.${data.name}}"
+            _run(root, f"{attention}-{data}-s0", config, [f"attention={attention}", f"data={data}"],
+                 _metrics(acc + (0.01 if attention == "dot" else 0)))
+    assert report.main([str(root), "--out", str(tmp_path / "out"), "--no-attention-maps"]) == 0
+    jobs, swept, fixed = report.read_runs([root])
+    assert "trainer.max_epochs" not in fixed
+    by_data = dict(zip(jobs["data"], jobs["trainer.max_epochs"]))
+    assert by_data == {"sst2": "3", "trec": "20"}
+    assert (tmp_path / "out" / "pareto.png").is_file()

@@ -1,0 +1,356 @@
+#!/usr/bin/env python
+"""Reproduce every table and figure of the Results: one command, resumable, with its expected duration up front.
+
+    taskset -c 1 python scripts/reproduce.py                   # CPU: every stage, one job after another
+    python scripts/reproduce.py --device gpu                   # the same on a GPU (trainer=gpu, bf16)
+    python scripts/reproduce.py --dry-run                      # the plan: jobs done / to run, expected duration
+    python scripts/reproduce.py --stages compare --grid seed=0,1 --grid data=trec   # a part of a stage
+
+Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.yaml``, whose sweep grid
+``hydra.sweeper.params`` is read from the config, so the yaml stays the one place a grid is defined):
+
+- ``compare``: every score function x seeds x datasets;
+- ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
+- ``long_context``: IMDB at max_length 256 / 512 x every score function;
+- ``cost``: ``scripts/bench_attention.py`` (time and memory per score function and sequence length).
+
+Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
+<out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
+A job whose ``metrics.json`` exists is done and skipped; one with ``checkpoints/last.ckpt`` resumes from it
+(``ckpt_path=last``, exact from an epoch-end checkpoint, see docs/sweeps.md: Resume); any other leftover dir
+(a job that failed before its first checkpoint) is started again. Interrupt it (Ctrl-C) at any time and run
+the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
+
+At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots),
+and with ``--publish``: the report tables and figures copied to ``docs/results/<device>/`` and the generated
+README/docs tables rewritten (``scripts/readme_tables.py``). Every job's log is ``<out>/<stage>/logs/<run
+name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
+
+Expected duration: per job, the median wall time of the finished jobs of the same stage, score function
+and setting in ``<out>``, else the estimates in ``docs/results/reproduce_seconds_<device>.json`` (measured
+on the machine named there), else unknown (said so). ``--write-estimates`` rewrites that file from ``<out>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context")
+STAGES = (*TRAIN_STAGES, "cost")
+#: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
+SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
+
+
+@dataclass
+class Job:
+    """One training run of a stage: its grid overrides and where it writes."""
+
+    stage: str
+    overrides: dict[str, str]
+    run_dir: Path
+    extra: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def estimate_key(self) -> str:
+        """``stage/attention/setting`` (seeds share an estimate): e.g. ``compare/additive/data=sst2``."""
+        setting = ",".join(f"{k}={self.overrides[k]}" for k in SETTING_KEYS if k in self.overrides)
+        return f"{self.stage}/{self.overrides.get('attention', 'scaled_dot')}/{setting}"
+
+    def status(self) -> str:
+        """``done`` (metrics.json), ``resume`` (checkpoints/last.ckpt), ``leftover`` (a dir without either) or
+        ``todo``."""
+        if (self.run_dir / "metrics.json").is_file():
+            return "done"
+        if (self.run_dir / "checkpoints" / "last.ckpt").is_file():
+            return "resume"
+        return "leftover" if self.run_dir.exists() else "todo"
+
+    def command(self, device: str) -> list[str]:
+        cmd = [sys.executable, str(REPO_ROOT / "train.py"), f"experiment={self.stage}"]
+        cmd += [f"{k}={v}" for k, v in self.overrides.items()]
+        if device == "cpu":
+            cmd.append("trainer=cpu")
+        cmd += self.extra
+        cmd.append(f"hydra.run.dir={self.run_dir}")
+        if self.status() == "resume":
+            cmd.append("ckpt_path=last")
+        return cmd
+
+
+def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[dict[str, str]]:
+    """The sweep of ``conf/experiment/<stage>.yaml`` as a list of override dicts, in Hydra's basic-sweeper
+    order (first key outermost), and the run-name pattern.
+
+    ``grid_overrides`` (``key=v1,v2``) replace a key's values or add a key; ``extra`` overrides are applied
+    when composing (they may change ``run_name``).
+    """
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    cfg = compose("train", overrides=[f"experiment={stage}", *extra], return_hydra_config=True)
+    params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    for item in grid_overrides:
+        key, sep, values = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--grid {item!r}: write key=value[,value...] (e.g. --grid seed=0,1)")
+        params[key] = values
+    parser = OverridesParser.create()
+    axes = []
+    for key, values in params.items():
+        (override,) = parser.parse_overrides([f"{key}={values}"])
+        axes.append([(key, v) for v in override.sweep_string_iterator()] if override.is_sweep_override()
+                    else [(key, override.get_value_element_as_str())])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def run_name(stage: str, overrides: dict[str, str], extra: list[str]) -> str:
+    """The job's ``run_name`` as the experiment defines it (composed with the job's overrides)."""
+    from hydra import compose
+
+    cfg = compose("train", overrides=[f"experiment={stage}", *[f"{k}={v}" for k, v in overrides.items()], *extra])
+    return str(cfg.run_name)
+
+
+def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> list[Job]:
+    """Every training job of ``stages``, in order (Hydra composes the configs; nothing runs)."""
+    import attnbench.config  # noqa: F401  (registers the train_schema structured config)
+    from hydra import initialize_config_dir
+
+    jobs = []
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        for stage in stages:
+            if stage not in TRAIN_STAGES:
+                continue
+            for overrides in stage_grid(stage, grid, extra):
+                jobs.append(Job(stage, overrides, out / stage / run_name(stage, overrides, extra), list(extra)))
+    names = [j.run_dir for j in jobs]
+    if len(set(names)) != len(names):
+        dup = sorted({str(n) for n in names if names.count(n) > 1})[:3]
+        raise SystemExit(f"two jobs share a run dir ({', '.join(dup)}): the experiment's run_name must name "
+                         "every swept key")
+    return jobs
+
+
+def git_commit() -> str:
+    """``<sha>`` of HEAD, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
+                               cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + ("+dirty" if dirty else "")
+
+
+def load_manifest(out: Path) -> dict:
+    path = out / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
+
+
+def save_manifest(out: Path, manifest: dict) -> None:
+    path = out / "manifest.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    tmp.replace(path)  # never half-written
+
+
+def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
+    """Seconds per job by :attr:`Job.estimate_key`: the shipped file, overridden by finished jobs in ``out``."""
+    shipped = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{device}.json"
+    table = dict(json.loads(shipped.read_text()).get("seconds", {})) if shipped.is_file() else {}
+    measured: dict[str, list[float]] = {}
+    for entry in manifest["jobs"].values():
+        if entry.get("status") == "done" and entry.get("complete_run_seconds"):
+            measured.setdefault(entry["estimate_key"], []).append(entry["complete_run_seconds"])
+    table.update({k: statistics.median(v) for k, v in measured.items()})
+    return table
+
+
+def fmt_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
+
+
+def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str]) -> float:
+    total, unknown = 0.0, 0
+    print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'to run':>6}   expected")
+    for stage in stages:
+        mine = [j for j in jobs if j.stage == stage]
+        if stage == "cost":
+            est = table.get("cost", 0.0)
+            total += est
+            print(f"{stage:16} {'':>5} {'':>5} {'':>6} {'':>6}   {fmt_duration(est) if est else 'unknown'}")
+            continue
+        states = [j.status() for j in mine]
+        todo = [j for j, s in zip(mine, states) if s != "done"]
+        known = [table[j.estimate_key] for j in todo if j.estimate_key in table]
+        unknown += len(todo) - len(known)
+        total += sum(known)
+        note = f"{fmt_duration(sum(known))}" + (f" + {len(todo) - len(known)} job(s) unknown"
+                                                if len(todo) > len(known) else "")
+        print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} {len(todo):6d}"
+              f"   {note}")
+    print(f"expected duration: {fmt_duration(total)}" + (f" plus {unknown} job(s) without an estimate"
+                                                          if unknown else "")
+          + " (resumed jobs counted in full)")
+    return total
+
+
+def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str) -> bool:
+    status = job.status()
+    if status == "leftover":
+        shutil.rmtree(job.run_dir)
+    log_path = job.run_dir.parent / "logs" / f"{job.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = job.command(device)
+    entry = manifest["jobs"].setdefault(str(job.run_dir.relative_to(out)), {})
+    entry.update(estimate_key=job.estimate_key, overrides=job.overrides, command=" ".join(cmd[1:]))
+    entry.setdefault("commits", [])
+    if commit not in entry["commits"]:
+        entry["commits"].append(commit)
+    start = time.monotonic()
+    with open(log_path, "a") as log:
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}\n# {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # let the job stop as after Ctrl-C (it saves interrupted.ckpt), then stop
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+            entry["status"] = "interrupted"
+            entry["seconds"] = entry.get("seconds", 0.0) + time.monotonic() - start
+            save_manifest(out, manifest)
+            raise
+    seconds = time.monotonic() - start
+    ok = rc == 0 and job.status() == "done"
+    entry["status"] = "done" if ok else f"failed (exit {rc})"
+    entry["seconds"] = entry.get("seconds", 0.0) + seconds
+    if ok and status in ("todo", "leftover"):
+        entry["complete_run_seconds"] = seconds  # a whole run in one go: a clean duration estimate
+    save_manifest(out, manifest)
+    return ok
+
+
+def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
+    """``scripts/bench_attention.py`` into ``<out>/cost`` (skipped when its results.json exists)."""
+    dest = out / "cost"
+    if (dest / "results.json").is_file():
+        return True
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "bench_attention.py"), "--out", str(dest), "--no-wandb"]
+    if device == "gpu":
+        cmd += ["--device", "cuda"]
+    start = time.monotonic()
+    with open(dest / "bench.log", "a") as log:
+        rc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+    manifest["jobs"]["cost"] = {"status": "done" if rc == 0 else f"failed (exit {rc})", "commits": [commit],
+                                "seconds": time.monotonic() - start, "estimate_key": "cost",
+                                "command": " ".join(cmd[1:])}
+    save_manifest(out, manifest)
+    return rc == 0
+
+
+def report(stage: str, out: Path, device: str, publish: bool) -> bool:
+    stage_dir = out / stage
+    if not stage_dir.is_dir():
+        return True
+    dest = stage_dir / "report"
+    rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
+                         str(dest)], cwd=REPO_ROOT).returncode
+    if publish and (dest / "report.csv").is_file():
+        pub = REPO_ROOT / "docs" / "results" / device
+        pub.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
+        for png in dest.glob("*.png"):
+            shutil.copyfile(png, pub / f"{stage}_{png.name}")
+    return rc == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu: every job with trainer=cpu; gpu: the experiments' own trainer=gpu (bf16)")
+    parser.add_argument("--out", type=Path, default=None, help="results dir (default: results/<device>)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="replace (or add) one swept key's values, e.g. --grid seed=0,1 (repeatable)")
+    parser.add_argument("--set", action="append", default=[], dest="extra", metavar="KEY=VALUE",
+                        help="an override for every job, e.g. --set trainer.max_steps=50 (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and expected duration only")
+    parser.add_argument("--no-report", action="store_true", help="skip the reports at the end")
+    parser.add_argument("--publish", action="store_true",
+                        help="copy the report tables and figures to docs/results/<device>/ and regenerate the "
+                             "README/docs tables (scripts/readme_tables.py)")
+    parser.add_argument("--write-estimates", action="store_true",
+                        help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
+    args = parser.parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        parser.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    out = (args.out or REPO_ROOT / "results" / args.device).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = load_manifest(out)
+    jobs = plan(stages, out, args.grid, args.extra)
+    table = estimates(args.device, out, manifest)
+    commit = git_commit()
+    print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
+    print_plan(jobs, table, stages)
+    if args.write_estimates:
+        path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
+        measured = estimates(args.device, out, manifest)
+        path.write_text(json.dumps({"machine": os.uname().nodename, "commit": commit,
+                                    "seconds": dict(sorted(measured.items()))}, indent=1) + "\n")
+        print(f"wrote {path}")
+    if args.dry_run or args.write_estimates:
+        return 0
+    manifest.setdefault("started", []).append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
+                                               "argv": sys.argv[1:]})
+    save_manifest(out, manifest)
+    failed = []
+    todo = [j for j in jobs if j.status() != "done"]
+    started = time.monotonic()
+    for i, job in enumerate(todo, 1):
+        left = sum(table.get(j.estimate_key, 0.0) for j in todo[i - 1:])
+        print(f"[{i}/{len(todo)}] {job.stage}/{job.name} ({job.status()}); elapsed "
+              f"{fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left", flush=True)
+        if not run_job(job, args.device, manifest, out, commit):
+            failed.append(job)
+            print(f"  failed: see {job.run_dir.parent / 'logs' / (job.name + '.log')}", flush=True)
+        else:
+            table = estimates(args.device, out, manifest)
+    if "cost" in stages and not run_cost(args.device, out, manifest, commit):
+        failed.append("cost")
+    if not args.no_report:
+        for stage in stages:
+            if stage in TRAIN_STAGES:
+                report(stage, out, args.device, args.publish)
+        if args.publish:
+            subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "readme_tables.py")], cwd=REPO_ROOT)
+    print(f"finished in {fmt_duration(time.monotonic() - started)}; {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops between jobs like Ctrl-C
+    sys.exit(main())

@@ -331,9 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     todo = [j for j in jobs if j.status() != "done"]
     started = time.monotonic()
     for i, job in enumerate(todo, 1):
-        left = sum(table.get(j.estimate_key, 0.0) for j in todo[i - 1:])
+        rest = todo[i - 1:]
+        left = sum(table.get(j.estimate_key, 0.0) for j in rest)
+        unknown = sum(j.estimate_key not in table for j in rest)
         print(f"[{i}/{len(todo)}] {job.stage}/{job.name} ({job.status()}); elapsed "
-              f"{fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left", flush=True)
+              f"{fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left"
+              + (f" + {unknown} job(s) without an estimate" if unknown else ""), flush=True)
         if not run_job(job, args.device, manifest, out, commit):
             failed.append(job)
             print(f"  failed: see {job.run_dir.parent / 'logs' / (job.name + '.log')}", flush=True)

@@ -43,6 +43,35 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def missing_file_message(split: str, path: str, resolved: str, keyed: bool) -> str:
+    """The message for a ``data.data_files`` entry that names no file: the file, the key to change, the syntax."""
+    key = f"data.data_files.{split}" if keyed else "data.data_files"
+    where = "" if path == resolved else f"; from the launch directory: {resolved}"
+    return (f"{key}: no file {path} (split {split!r}{where}). Set {key} to an existing file (the syntax, with "
+            "examples: docs/data.md).")
+
+
+def check_files_exist(files: Mapping[str, list[str]], keyed: bool = True) -> None:
+    """Refuse a ``data.data_files`` entry that is not an existing file (``~`` and relative paths as
+    :func:`attnbench.paths.user_path` resolves them: from the launch directory).
+
+    Args:
+        files: ``{split: [path, ...]}`` (:meth:`DataConfig.files_by_split`).
+        keyed: whether the user wrote ``{split: path}`` (the message names ``data.data_files.<split>``) or a bare
+            path / list (``data.data_files``).
+
+    Raises:
+        DataConfigError: naming the first missing file and the key to change.
+    """
+    from attnbench.paths import user_path
+
+    for split, paths in files.items():
+        for path in paths:
+            resolved = user_path(path)
+            if not resolved.is_file():
+                raise DataConfigError(missing_file_message(split, path, str(resolved), keyed))
+
+
 @dataclass
 class DataConfig:
     """The data keys (``conf/data/*.yaml``), with their defaults; constructing one validates it.
@@ -58,7 +87,9 @@ class DataConfig:
     or, with ``cv_folds`` = k, holds out fold ``fold`` of a stratified k-fold partition.
 
     Raises:
-        DataConfigError: a key outside its range, naming the key and the range.
+        DataConfigError: a key outside its range, naming the key and the range; a ``data_files`` entry that is not
+            an existing file, naming the file and its key (checked before the split entries: a misspelt path is
+            said as such).
     """
 
     name: str
@@ -142,7 +173,9 @@ class DataConfig:
             raise DataConfigError(f"data.builder must be one of {', '.join(BUILDERS)} (or null: from the file "
                                   f"extension), got {self.builder!r}")
         if self.data_files is not None:
+            given = self.data_files
             self.data_files = self.files_by_split()
+            check_files_exist(self.data_files, keyed=isinstance(given, Mapping))  # a misspelt path: said first
             if self.train_split not in self.data_files:
                 raise DataConfigError(f"data.data_files has no {self.train_split!r} entry (data.train_split); it has "
                                       f"{list(self.data_files)}")

@@ -302,11 +302,29 @@ def test_an_unreadable_csv_or_jsonl_file_is_named(tmp_path, fmt, content):
 
 
 def test_a_missing_data_file_is_named(tmp_path):
-    dm = toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
-                                                                "test": str(tmp_path / "test.csv")})
+    """Refused when the config is checked (before any data work, before torch on the command line)."""
+    (tmp_path / "train.csv").write_text("text,label\ngood,1\n")
     with pytest.raises(DataConfigError) as err:
-        dm.prepare_data()
-    assert f"toy: no file {tmp_path / 'train.csv'} (split 'train'); fix data.data_files" in str(err.value)
+        toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
+                                                             "test": str(tmp_path / "test.csv")})
+    assert str(err.value) == (f"data.data_files.test: no file {tmp_path / 'test.csv'} (split 'test'). Set "
+                              "data.data_files.test to an existing file (the syntax, with examples: docs/data.md).")
+
+
+@pytest.mark.parametrize("files, key", [({"train": "nope.csv"}, "data.data_files.train"),
+                                        ("nope.csv", "data.data_files"), (["nope.csv"], "data.data_files")])
+def test_a_misspelt_data_file_is_named_before_the_missing_test_entry(tmp_path, monkeypatch, files, key):
+    """Before: `data.data_files={train: <misspelt>}` (no test entry) said "data.data_files has no 'test' entry"
+    and nothing about the file; the missing file, relative to the launch directory, and its key come first."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataConfigError) as err:
+        toy_module(tmp_path, tmp_path / "cache", data_files=files)
+    assert str(err.value).startswith(f"{key}: no file nope.csv (split 'train'; from the launch directory: "
+                                     f"{tmp_path.resolve() / 'nope.csv'}). Set {key} to an existing file")
+    assert "'test' entry" not in str(err.value)
+    (tmp_path / "nope.csv").write_text("text,label\ngood,1\n")  # the file there: the split entries are checked
+    with pytest.raises(DataConfigError, match="data.data_files has no 'test' entry"):
+        toy_module(tmp_path, tmp_path / "cache", data_files=files)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -322,7 +340,10 @@ def test_a_missing_data_file_is_named(tmp_path):
     ({"data_files": "a.xlsx", "test_split": None}, "data.builder is null and the extension of a.xlsx is not one of"),
     ({"text_pair_column": "text"}, "data.text_pair_column must name a column other than data.text_column"),
 ])
-def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, kwargs, message):
+def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, monkeypatch, kwargs, message):
+    monkeypatch.chdir(tmp_path)  # the files named exist: the message is about the key, not a missing file
+    for name in ("a.csv", "a.xlsx"):
+        (tmp_path / name).write_text("text,label\ngood,1\n")
     with pytest.raises(DataConfigError) as err:
         toy_module(tmp_path, tmp_path / "cache", **kwargs)
     assert message in str(err.value)

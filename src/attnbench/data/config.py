@@ -11,6 +11,7 @@ on ``cfg.data`` before any data work.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Mapping
@@ -46,7 +47,7 @@ def _is_int(value: Any) -> bool:
 def missing_file_message(split: str, path: str, resolved: str, keyed: bool) -> str:
     """The message for a ``data.data_files`` entry that names no file: the file, the key to change, the syntax."""
     key = f"data.data_files.{split}" if keyed else "data.data_files"
-    where = "" if path == resolved else f"; from the launch directory: {resolved}"
+    where = "" if os.path.isabs(os.path.expanduser(path)) else f"; from the launch directory: {resolved}"
     return (f"{key}: no file {path} (split {split!r}{where}). Set {key} to an existing file (the syntax, with "
             "examples: docs/data.md).")
 

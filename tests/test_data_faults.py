@@ -302,11 +302,12 @@ def test_an_unreadable_csv_or_jsonl_file_is_named(tmp_path, fmt, content):
 
 
 def test_a_missing_data_file_is_named(tmp_path):
-    """Refused when the config is checked (before any data work, before torch on the command line)."""
+    """Refused where the source is resolved (the command line's preflight, before torch; here prepare_data)."""
     (tmp_path / "train.csv").write_text("text,label\ngood,1\n")
+    dm = toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
+                                                                "test": str(tmp_path / "test.csv")})
     with pytest.raises(DataConfigError) as err:
-        toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
-                                                             "test": str(tmp_path / "test.csv")})
+        dm.prepare_data()
     assert str(err.value) == (f"data.data_files.test: no file {tmp_path / 'test.csv'} (split 'test'). Set "
                               "data.data_files.test to an existing file (the syntax, with examples: docs/data.md).")
 
@@ -317,14 +318,18 @@ def test_a_misspelt_data_file_is_named_before_the_missing_test_entry(tmp_path, m
     """Before: `data.data_files={train: <misspelt>}` (no test entry) said "data.data_files has no 'test' entry"
     and nothing about the file; the missing file, relative to the launch directory, and its key come first."""
     monkeypatch.chdir(tmp_path)
+    dm = toy_module(tmp_path, tmp_path / "cache", data_files=files)
     with pytest.raises(DataConfigError) as err:
-        toy_module(tmp_path, tmp_path / "cache", data_files=files)
+        dm.prepare_data()
     assert str(err.value).startswith(f"{key}: no file nope.csv (split 'train'; from the launch directory: "
                                      f"{tmp_path.resolve() / 'nope.csv'}). Set {key} to an existing file")
     assert "'test' entry" not in str(err.value)
-    (tmp_path / "nope.csv").write_text("text,label\ngood,1\n")  # the file there: the split entries are checked
-    with pytest.raises(DataConfigError, match="data.data_files has no 'test' entry"):
-        toy_module(tmp_path, tmp_path / "cache", data_files=files)
+    (tmp_path / "nope.csv").write_text("text,label\ngood,1\n")  # the file there: then the split entries
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert str(err.value).startswith("data.data_files has no 'test' entry; it has ['train']. Add it, or set "
+                                     "data.test_split=null")
+    assert_nothing_cached(tmp_path / "cache")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -335,15 +340,10 @@ def test_a_misspelt_data_file_is_named_before_the_missing_test_entry(tmp_path, m
     ({"test_size": 0}, "data.test_size must be a fraction in (0, 1) or a row count >= 1, got 0"),
     ({"builder": "xlsx"}, "data.builder must be one of csv, tsv, json, jsonl, parquet, text"),
     ({"data_files": {"test": "a.csv"}}, "data.data_files has no 'train' entry (data.train_split); it has ['test']"),
-    ({"data_files": {"train": "a.csv"}}, "data.data_files has no 'test' entry; it has ['train']. Add it, or set "
-                                         "data.test_split=null"),
     ({"data_files": "a.xlsx", "test_split": None}, "data.builder is null and the extension of a.xlsx is not one of"),
     ({"text_pair_column": "text"}, "data.text_pair_column must name a column other than data.text_column"),
 ])
-def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, monkeypatch, kwargs, message):
-    monkeypatch.chdir(tmp_path)  # the files named exist: the message is about the key, not a missing file
-    for name in ("a.csv", "a.xlsx"):
-        (tmp_path / name).write_text("text,label\ngood,1\n")
+def test_bad_split_and_source_keys_are_refused_at_construction(tmp_path, kwargs, message):
     with pytest.raises(DataConfigError) as err:
         toy_module(tmp_path, tmp_path / "cache", **kwargs)
     assert message in str(err.value)

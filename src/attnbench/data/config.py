@@ -89,8 +89,8 @@ class DataConfig:
 
     Raises:
         DataConfigError: a key outside its range, naming the key and the range; a ``data_files`` entry that is not
-            an existing file, naming the file and its key (checked before the split entries: a misspelt path is
-            said as such).
+            an existing file or a split named without a ``data_files`` entry are refused by
+            :meth:`check_data_files`, when the source is resolved.
     """
 
     name: str
@@ -173,21 +173,35 @@ class DataConfig:
         if self.builder is not None and self.builder not in BUILDERS:
             raise DataConfigError(f"data.builder must be one of {', '.join(BUILDERS)} (or null: from the file "
                                   f"extension), got {self.builder!r}")
+        self._files_keyed = isinstance(self.data_files, Mapping)  # {split: path}: messages name data_files.<split>
         if self.data_files is not None:
-            given = self.data_files
             self.data_files = self.files_by_split()
-            check_files_exist(self.data_files, keyed=isinstance(given, Mapping))  # a misspelt path: said first
             if self.train_split not in self.data_files:
                 raise DataConfigError(f"data.data_files has no {self.train_split!r} entry (data.train_split); it has "
                                       f"{list(self.data_files)}")
-            for split in (self.test_split, None if self.val_split == "auto" else self.val_split):
-                if split is not None and split not in self.data_files:
-                    raise DataConfigError(
-                        f"data.data_files has no {split!r} entry; it has {list(self.data_files)}. Add it, or set "
-                        + ("data.test_split=null to carve a test set" if split == self.test_split else
-                           "data.val_split=null to carve validation") + " from the training split")
             if self.builder is None:
                 self.builder = self._builder_from_extension()
+
+    def check_data_files(self) -> None:
+        """``data.data_files``' files exist, then it has an entry for every split named (test, validation).
+
+        Run where the source is resolved (:func:`attnbench.data.sources.resolve_source`: the command line's
+        preflight before torch, and the data module), not at construction: the keys alone compose and check
+        without the files (a documented command with placeholder names). The files come first, so that a
+        misspelt path is said as such, not as a missing split entry.
+
+        Raises:
+            DataConfigError: naming the missing file and its key, or the missing split entry and the fix.
+        """
+        if self.data_files is None:
+            return
+        check_files_exist(self.data_files, keyed=self._files_keyed)
+        for split in (self.test_split, None if self.val_split == "auto" else self.val_split):
+            if split is not None and split not in self.data_files:
+                raise DataConfigError(
+                    f"data.data_files has no {split!r} entry; it has {list(self.data_files)}. Add it, or set "
+                    + ("data.test_split=null to carve a test set" if split == self.test_split else
+                       "data.val_split=null to carve validation") + " from the training split")
 
     # ------------------------------------------------------------------------------------------------ helpers
     def files_by_split(self) -> dict[str, list[str]]:

@@ -178,8 +178,11 @@ def resolve_source(cfg: DataConfig, local_dir: Path | None) -> Plan:
 
     Raises:
         DataUnavailableError: no local files, no Hub, no packaged copy; one message naming all three.
+        DataConfigError: a ``data.data_files`` file that does not exist, a split without an entry there
+            (:meth:`DataConfig.check_data_files`).
     """
-    if cfg.data_files is not None:  # DataConfig checked that every file exists
+    if cfg.data_files is not None:
+        cfg.check_data_files()  # every file exists, every split named has an entry
         files = {s: [str(user_path(p)) for p in paths] for s, paths in cfg.data_files.items()}
         return Plan("files", files, _roles(cfg, list(files)), f"files:{cfg.builder}", [cfg.builder, files])
     missing: list[str] = []

@@ -302,11 +302,34 @@ def test_an_unreadable_csv_or_jsonl_file_is_named(tmp_path, fmt, content):
 
 
 def test_a_missing_data_file_is_named(tmp_path):
+    """Refused where the source is resolved (the command line's preflight, before torch; here prepare_data)."""
+    (tmp_path / "train.csv").write_text("text,label\ngood,1\n")
     dm = toy_module(tmp_path, tmp_path / "cache", data_files={"train": str(tmp_path / "train.csv"),
                                                                 "test": str(tmp_path / "test.csv")})
     with pytest.raises(DataConfigError) as err:
         dm.prepare_data()
-    assert f"toy: no file {tmp_path / 'train.csv'} (split 'train'); fix data.data_files" in str(err.value)
+    assert str(err.value) == (f"data.data_files.test: no file {tmp_path / 'test.csv'} (split 'test'). Set "
+                              "data.data_files.test to an existing file (the syntax, with examples: docs/data.md).")
+
+
+@pytest.mark.parametrize("files, key", [({"train": "nope.csv"}, "data.data_files.train"),
+                                        ("nope.csv", "data.data_files"), (["nope.csv"], "data.data_files")])
+def test_a_misspelt_data_file_is_named_before_the_missing_test_entry(tmp_path, monkeypatch, files, key):
+    """Before: `data.data_files={train: <misspelt>}` (no test entry) said "data.data_files has no 'test' entry"
+    and nothing about the file; the missing file, relative to the launch directory, and its key come first."""
+    monkeypatch.chdir(tmp_path)
+    dm = toy_module(tmp_path, tmp_path / "cache", data_files=files)
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert str(err.value).startswith(f"{key}: no file nope.csv (split 'train'; from the launch directory: "
+                                     f"{tmp_path.resolve() / 'nope.csv'}). Set {key} to an existing file")
+    assert "'test' entry" not in str(err.value)
+    (tmp_path / "nope.csv").write_text("text,label\ngood,1\n")  # the file there: then the split entries
+    with pytest.raises(DataConfigError) as err:
+        dm.prepare_data()
+    assert str(err.value).startswith("data.data_files has no 'test' entry; it has ['train']. Add it, or set "
+                                     "data.test_split=null")
+    assert_nothing_cached(tmp_path / "cache")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -317,8 +340,6 @@ def test_a_missing_data_file_is_named(tmp_path):
     ({"test_size": 0}, "data.test_size must be a fraction in (0, 1) or a row count >= 1, got 0"),
     ({"builder": "xlsx"}, "data.builder must be one of csv, tsv, json, jsonl, parquet, text"),
     ({"data_files": {"test": "a.csv"}}, "data.data_files has no 'train' entry (data.train_split); it has ['test']"),
-    ({"data_files": {"train": "a.csv"}}, "data.data_files has no 'test' entry; it has ['train']. Add it, or set "
-                                         "data.test_split=null"),
     ({"data_files": "a.xlsx", "test_split": None}, "data.builder is null and the extension of a.xlsx is not one of"),
     ({"text_pair_column": "text"}, "data.text_pair_column must name a column other than data.text_column"),
 ])

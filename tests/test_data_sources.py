@@ -288,16 +288,77 @@ def test_no_data_anywhere_fails_fast_without_retrying_the_hub(tmp_path, monkeypa
     assert "the Hugging Face Hub (stanfordnlp/imdb) failed: ConnectionError: cannot connect to" in str(err.value)
 
 
-def test_train_py_with_no_data_prints_the_error_once(tmp_path, data_dir, cache_dir):
+@pytest.mark.parametrize("args, name", [(["data=imdb"], "imdb"), (["data.packaged=false"], "sst2")])
+def test_train_py_with_no_data_prints_the_error_once_before_torch_loads(tmp_path, data_dir, cache_dir, args, name):
+    """No data anywhere (ATTNBENCH_DATA_DIR unset or an empty folder, no Hub, no packaged copy): one `Error:` line,
+    in train.log once, failure.json; and neither torch, Lightning nor datasets imported (the data source is
+    resolved before them: before, the error came after about 5 s of importing torch on an idle core)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = train_env(empty, cache_dir)
+    if name == "imdb":
+        env.pop("ATTNBENCH_DATA_DIR")
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):  # offline mode would read the HF cache (after torch)
+        env.pop(key, None)
+    run_dir = tmp_path / "run"
     t0 = time.perf_counter()
-    proc = run_train(["data=imdb", "trainer.max_steps=5", "logger=csv", f"hydra.run.dir={tmp_path / 'run'}"],
-                     data_dir, cache_dir, tmp_path, drop_data_dir=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(REPO_ROOT / "train.py"), *args,
+                           "trainer.max_steps=5", "logger=csv", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     wall = time.perf_counter() - t0
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert out.count("Cannot load dataset 'imdb'") == 1, out[-3000:]
-    assert "Retrying" not in out and "Traceback" not in out
+    errors = [line for line in out.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: Cannot load dataset '{name}'"), out[-3000:]
+    assert out.count(f"Cannot load dataset '{name}'") == 1 and "Retrying" not in out and "Traceback" not in out
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported and not {"torch", "pytorch_lightning", "lightning", "datasets"} & imported
+    assert (run_dir / "train.log").read_text().count(f"Cannot load dataset '{name}'") == 1
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["error_type"] == "DataUnavailableError" and f"Error: {failure['error']}" == errors[0]
     print(f"train.py with no data: exit 1 after {wall:.1f} s (interpreter and imports included)")
+
+
+def test_a_misspelt_data_file_on_the_command_line_is_named_before_torch_loads(tmp_path, data_dir, cache_dir):
+    """`data=files 'data.data_files={train: <misspelt>}'`: before, "data.data_files has no 'test' entry"."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", str(REPO_ROOT / "train.py"), "data=files",
+                           "+data.data_files.train=reviews_tarin.csv", f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=tmp_path, env=train_env(data_dir, cache_dir), capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert proc.returncode == 1 and errors == [
+        f"Error: data.data_files.train: no file reviews_tarin.csv (split 'train'; from the launch directory: "
+        f"{tmp_path.resolve() / 'reviews_tarin.csv'}). Set data.data_files.train to an existing file (the syntax, "
+        "with examples: docs/data.md)."], proc.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert not {"torch", "datasets"} & imported
+
+
+def test_the_preflight_and_the_data_module_resolve_the_same_source(tmp_path, data_dir, monkeypatch):
+    """One implementation (resolve_source): the command line's preflight finds what the data module then reads,
+    and with nowhere to read from raises the data module's own error; a reachable Hub keeps the packaged
+    copy as its fallback."""
+    from attnbench.data.sources import preflight
+
+    base = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", test_split="validation",
+                cache_dir=str(tmp_path / "cache"), max_train_samples=None)
+    assert preflight({**base, "local_dir": str(data_dir)}).where == str(data_dir / "sst2")
+    plan = preflight({**base, "local_dir": str(tmp_path)})
+    assert plan.kind == "package" and plan.files["train"] == [str(PACKAGED_DIR / "sst2" / "train.parquet")]
+    with pytest.raises(DataUnavailableError) as before:
+        preflight({**base, "local_dir": str(tmp_path), "packaged": False})
+    with pytest.raises(DataUnavailableError) as after:
+        TextClassificationDataModule(**base, local_dir=str(tmp_path), packaged=False).prepare_data()
+    assert str(before.value) == str(after.value) and "Cannot load dataset 'sst2'" in str(after.value)
+    import socket
+
+    with socket.socket() as server:  # a reachable "Hub": the plan says Hub, with the packaged copy behind it
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+        plan = preflight({**base, "local_dir": None})
+    assert plan.kind == "hub" and plan.fallback is not None and plan.fallback.kind == "package"
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGED))

@@ -573,7 +573,9 @@ def test_composition_refuses_what_train_py_refuses(hydra_configs):
 
 
 #: Keys the docs name on purpose although no config has them.
-NOT_KEYS = {"model.d_modle"}  # docs/troubleshooting.md: what a misspelt key prints
+NOT_KEYS = {"model.d_modle",  # docs/troubleshooting.md: what a misspelt key prints
+            "data.data_files.train"}  # an entry of `data.data_files={train: ...}` (null in the presets), as the
+# message of a missing data file names it (docs/data.md, docs/troubleshooting.md)
 #: Python names the docs use that a source checkout does not import: the installed wheel's config package
 #: (`conf/` as `attnbench.conf`, tests/test_packaging.py).
 NOT_NAMES = {"attnbench.conf"}

@@ -11,6 +11,7 @@ on ``cfg.data`` before any data work.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Mapping
@@ -43,6 +44,35 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def missing_file_message(split: str, path: str, resolved: str, keyed: bool) -> str:
+    """The message for a ``data.data_files`` entry that names no file: the file, the key to change, the syntax."""
+    key = f"data.data_files.{split}" if keyed else "data.data_files"
+    where = "" if os.path.isabs(os.path.expanduser(path)) else f"; from the launch directory: {resolved}"
+    return (f"{key}: no file {path} (split {split!r}{where}). Set {key} to an existing file (the syntax, with "
+            "examples: docs/data.md).")
+
+
+def check_files_exist(files: Mapping[str, list[str]], keyed: bool = True) -> None:
+    """Refuse a ``data.data_files`` entry that is not an existing file (``~`` and relative paths as
+    :func:`attnbench.paths.user_path` resolves them: from the launch directory).
+
+    Args:
+        files: ``{split: [path, ...]}`` (:meth:`DataConfig.files_by_split`).
+        keyed: whether the user wrote ``{split: path}`` (the message names ``data.data_files.<split>``) or a bare
+            path / list (``data.data_files``).
+
+    Raises:
+        DataConfigError: naming the first missing file and the key to change.
+    """
+    from attnbench.paths import user_path
+
+    for split, paths in files.items():
+        for path in paths:
+            resolved = user_path(path)
+            if not resolved.is_file():
+                raise DataConfigError(missing_file_message(split, path, str(resolved), keyed))
+
+
 @dataclass
 class DataConfig:
     """The data keys (``conf/data/*.yaml``), with their defaults; constructing one validates it.
@@ -58,7 +88,9 @@ class DataConfig:
     or, with ``cv_folds`` = k, holds out fold ``fold`` of a stratified k-fold partition.
 
     Raises:
-        DataConfigError: a key outside its range, naming the key and the range.
+        DataConfigError: a key outside its range, naming the key and the range; a ``data_files`` entry that is not
+            an existing file or a split named without a ``data_files`` entry are refused by
+            :meth:`check_data_files`, when the source is resolved.
     """
 
     name: str
@@ -141,19 +173,35 @@ class DataConfig:
         if self.builder is not None and self.builder not in BUILDERS:
             raise DataConfigError(f"data.builder must be one of {', '.join(BUILDERS)} (or null: from the file "
                                   f"extension), got {self.builder!r}")
+        self._files_keyed = isinstance(self.data_files, Mapping)  # {split: path}: messages name data_files.<split>
         if self.data_files is not None:
             self.data_files = self.files_by_split()
             if self.train_split not in self.data_files:
                 raise DataConfigError(f"data.data_files has no {self.train_split!r} entry (data.train_split); it has "
                                       f"{list(self.data_files)}")
-            for split in (self.test_split, None if self.val_split == "auto" else self.val_split):
-                if split is not None and split not in self.data_files:
-                    raise DataConfigError(
-                        f"data.data_files has no {split!r} entry; it has {list(self.data_files)}. Add it, or set "
-                        + ("data.test_split=null to carve a test set" if split == self.test_split else
-                           "data.val_split=null to carve validation") + " from the training split")
             if self.builder is None:
                 self.builder = self._builder_from_extension()
+
+    def check_data_files(self) -> None:
+        """``data.data_files``' files exist, then it has an entry for every split named (test, validation).
+
+        Run where the source is resolved (:func:`attnbench.data.sources.resolve_source`: the command line's
+        preflight before torch, and the data module), not at construction: the keys alone compose and check
+        without the files (a documented command with placeholder names). The files come first, so that a
+        misspelt path is said as such, not as a missing split entry.
+
+        Raises:
+            DataConfigError: naming the missing file and its key, or the missing split entry and the fix.
+        """
+        if self.data_files is None:
+            return
+        check_files_exist(self.data_files, keyed=self._files_keyed)
+        for split in (self.test_split, None if self.val_split == "auto" else self.val_split):
+            if split is not None and split not in self.data_files:
+                raise DataConfigError(
+                    f"data.data_files has no {split!r} entry; it has {list(self.data_files)}. Add it, or set "
+                    + ("data.test_split=null to carve a test set" if split == self.test_split else
+                       "data.val_split=null to carve validation") + " from the training split")
 
     # ------------------------------------------------------------------------------------------------ helpers
     def files_by_split(self) -> dict[str, list[str]]:

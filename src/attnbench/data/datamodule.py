@@ -40,7 +40,7 @@ from attnbench.data.config import DataConfig
 from attnbench.data.errors import DataConfigError
 from attnbench.data.rows import SplitStats, check_columns_and_labels, clean_texts, column, label_ids
 from attnbench.data.samplers import EpochShuffleSampler, LengthGroupedBatchSampler, PadCollator, TokenizedSplit
-from attnbench.data.sources import Source, load_source
+from attnbench.data.sources import Source, load_source, local_root
 from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
 from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, train_tokenizer
 from attnbench.distributed import eval_sampler
@@ -84,7 +84,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.text_column, self.text_pair_column, self.label_column = (cfg.text_column, cfg.text_pair_column,
                                                                       cfg.label_column)
         self.train_split, self.test_split = cfg.train_split, cfg.test_split
-        self.local_dir = user_path(cfg.local_dir) if cfg.local_dir not in (None, "") else None
+        self.local_dir = local_root(cfg)
         self.cache_root = user_path(cfg.cache_dir)
         self.val_size, self.split_seed = cfg.val_size, cfg.split_seed
         self.max_length = cfg.max_length

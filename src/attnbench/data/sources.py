@@ -16,19 +16,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlparse
-
-import datasets
 
 from attnbench.data.config import BUILDERS, VAL_SPLIT_NAMES, DataConfig
 from attnbench.data.errors import DataConfigError, DataUnavailableError
 from attnbench.paths import user_path
 
+if TYPE_CHECKING:  # ``datasets`` (about 1 s to import) loads only where rows are read
+    import datasets
+
 log = logging.getLogger("attnbench.data")
 
 PROBE_TIMEOUT_S = 2.0
+PROBE_REUSE_S = 60.0  # a probe's answer is reused this long (the preflight and the load ask within seconds)
+_PROBES: dict[tuple[str, int], tuple[float, str | None]] = {}
 PACKAGED_DIR = Path(__file__).with_name("default")
 # name -> Hub id of the datasets shipped as package data (a copy of their Hub Parquet export)
 PACKAGED = {"sst2": "stanfordnlp/sst2", "trec": "CogComp/trec"}
@@ -56,18 +61,25 @@ class Source:
 def hub_offline_reason() -> str | None:
     """Why the Hub cannot be reached, or ``None`` when a probe connected (or offline mode reads the HF cache).
 
-    One TCP connection to the Hub endpoint's host, at most :data:`PROBE_TIMEOUT_S` seconds; no retries.
+    One TCP connection to the Hub endpoint's host, at most :data:`PROBE_TIMEOUT_S` seconds; no retries. Its
+    answer is reused for :data:`PROBE_REUSE_S` seconds, so that :func:`preflight` and :func:`load_source` of the
+    same job probe once.
     """
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or \
             os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("", "0"):
         return None  # offline mode: load_dataset reads the local Hugging Face cache, fast, without retries
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    asked = _PROBES.get((host, port))
+    if asked is not None and time.monotonic() - asked[0] < PROBE_REUSE_S:
+        return asked[1]
+    reason = None
     try:
         socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except OSError as err:
-        return f"ConnectionError: cannot connect to {host}:{port} ({type(err).__name__}: {err})"
-    return None
+        reason = f"ConnectionError: cannot connect to {host}:{port} ({type(err).__name__}: {err})"
+    _PROBES[(host, port)] = (time.monotonic(), reason)
+    return reason
 
 
 def _roles(cfg: DataConfig, available: list[str]) -> dict[str, str | None]:
@@ -86,6 +98,8 @@ def needed(roles: dict[str, str | None]) -> list[str]:
 
 def _read_files(builder: str, files: dict[str, list[str]], what: str) -> datasets.DatasetDict:
     """Each split of ``files`` read by ``builder``; an unreadable file is a :class:`DataConfigError` naming it."""
+    import datasets
+
     name, kwargs = BUILDERS[builder]
     splits = {}
     for split, paths in files.items():
@@ -115,54 +129,138 @@ def _layout(folder: Path, cfg: DataConfig) -> tuple[dict[str, str | None], dict[
     return roles, files, missing
 
 
+@dataclass
+class Plan:
+    """Where the rows of a config come from, found by :func:`resolve_source` without reading a row.
+
+    Attributes:
+        kind: ``files`` (``data.data_files``), ``local`` (``<local_dir>/<name>/<split>.parquet``), ``hub`` or
+            ``package`` (the copy shipped with attnbench).
+        files: split -> the absolute paths to read (empty for ``hub``).
+        roles: which split plays train, val and test (``None`` for ``hub``: the Hub's splits are known once loaded).
+        where, key: as :class:`Source`'s.
+        missing: the local layout's missing files (``local_dir`` set but incomplete), for the log and the message.
+        fallback: for ``hub``: the packaged copy's plan, used when the Hub load fails; else ``None``.
+        hub_error: why the Hub was not used (``package``), for the log.
+    """
+
+    kind: str
+    files: dict[str, list[str]]
+    roles: dict[str, str | None] | None
+    where: str
+    key: list
+    missing: list[str] = field(default_factory=list)
+    fallback: "Plan | None" = None
+    hub_error: str | None = None
+
+
+def local_root(cfg: DataConfig) -> Path | None:
+    """``data.local_dir`` as an absolute path (:func:`attnbench.paths.user_path`), or ``None`` when unset."""
+    return user_path(cfg.local_dir) if cfg.local_dir not in (None, "") else None
+
+
+def _packaged_plan(cfg: DataConfig, hub_error: str | None) -> Plan | None:
+    """The packaged copy of SST-2/TREC when ``cfg`` names it (``data.packaged``, its name and Hub id), else None."""
+    if not (cfg.packaged and PACKAGED.get(cfg.name) == cfg.hub_id and cfg.hub_config is None):
+        return None
+    roles, files, absent = _layout(PACKAGED_DIR / cfg.name, cfg)
+    if absent:
+        return None
+    return Plan("package", files, roles, f"package:{cfg.name}", [cfg.hub_id, cfg.hub_config, "package"],
+                hub_error=hub_error)
+
+
+def resolve_source(cfg: DataConfig, local_dir: Path | None) -> Plan:
+    """Where the rows of ``cfg`` come from (module docstring's order), found without reading a row.
+
+    Checks only that files exist and, when no local files are there, probes the Hub once
+    (:func:`hub_offline_reason`); imports neither ``datasets`` nor torch.
+
+    Raises:
+        DataUnavailableError: no local files, no Hub, no packaged copy; one message naming all three.
+        DataConfigError: a ``data.data_files`` file that does not exist, a split without an entry there
+            (:meth:`DataConfig.check_data_files`).
+    """
+    if cfg.data_files is not None:
+        cfg.check_data_files()  # every file exists, every split named has an entry
+        files = {s: [str(user_path(p)) for p in paths] for s, paths in cfg.data_files.items()}
+        return Plan("files", files, _roles(cfg, list(files)), f"files:{cfg.builder}", [cfg.builder, files])
+    missing: list[str] = []
+    if local_dir is not None:
+        roles, files, missing = _layout(local_dir / cfg.name, cfg)
+        if not missing:
+            return Plan("local", files, roles, str(local_dir / cfg.name),
+                        [cfg.hub_id, cfg.hub_config, str(local_dir)])
+    hub_error = "data.hub_id is null" if cfg.hub_id is None else hub_offline_reason()
+    if hub_error is None:
+        return Plan("hub", {}, None, f"hub:{cfg.hub_id}", [cfg.hub_id, cfg.hub_config, str(local_dir)],
+                    missing=missing, fallback=_packaged_plan(cfg, None))
+    packaged = _packaged_plan(cfg, hub_error)
+    if packaged is not None:
+        packaged.missing = missing
+        return packaged
+    raise DataUnavailableError(_unavailable_message(cfg, local_dir, missing, hub_error))
+
+
+def preflight(data: Mapping[str, Any]) -> Plan:
+    """:func:`resolve_source` of a ``data`` config mapping (``cfg.data``): the command line's check, before torch.
+
+    Raises:
+        DataConfigError: a data key outside its range (:meth:`DataConfig.check`), a data file that does not exist.
+        DataUnavailableError: as :func:`resolve_source`.
+    """
+    cfg = DataConfig.check(data)
+    return resolve_source(cfg, local_root(cfg))
+
+
+def _read_plan(cfg: DataConfig, plan: Plan) -> Source:
+    """The rows of a ``files``, ``local`` or ``package`` plan."""
+    import datasets
+
+    builder = cfg.builder if plan.kind == "files" else "parquet"
+    raw = _read_files(builder, plan.files, cfg.name)
+    return Source(datasets.DatasetDict({s: raw[s] for s in needed(plan.roles)}), plan.roles, plan.where, plan.key)
+
+
 def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
-    """The source splits of ``cfg`` from the first place that has them (module docstring).
+    """The source splits of ``cfg`` from the first place that has them (:func:`resolve_source`), read.
 
     Raises:
         DataUnavailableError: no local files, no Hub, no packaged copy; one message naming all three.
         DataConfigError: a file that cannot be read, a split the source lacks.
     """
-    if cfg.data_files is not None:
-        files = {s: [str(user_path(p)) for p in paths] for s, paths in cfg.data_files.items()}
-        raw = _read_files(cfg.builder, files, f"{cfg.name}")
-        roles = _roles(cfg, list(raw))
+    plan = resolve_source(cfg, local_dir)
+    if plan.kind == "files":
         log.info("Loading %s from local %s files (%s)", cfg.name, cfg.builder, ", ".join(
-            f"{s}: {', '.join(p)}" for s, p in files.items()))
-        return Source(datasets.DatasetDict({s: raw[s] for s in needed(roles)}), roles, f"files:{cfg.builder}",
-                      [cfg.builder, files])
-    missing: list[str] = []
-    if local_dir is not None:
-        roles, files, missing = _layout(local_dir / cfg.name, cfg)
-        if not missing:
-            log.info("Loading %s from local Parquet files in %s", cfg.name, local_dir / cfg.name)
-            return Source(_read_files("parquet", files, cfg.name), roles, str(local_dir / cfg.name),
-                          [cfg.hub_id, cfg.hub_config, str(local_dir)])
-        if cfg.hub_id:  # with nowhere else to look, the error below says it once (not a warning, then the same)
-            log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).",
-                        ", ".join(str(local_dir / cfg.name / m) for m in missing), cfg.hub_id)
-    hub_error = "data.hub_id is null" if cfg.hub_id is None else hub_offline_reason()
-    if hub_error is None:
+            f"{s}: {', '.join(p)}" for s, p in plan.files.items()))
+        return _read_plan(cfg, plan)
+    if plan.kind == "local":
+        log.info("Loading %s from local Parquet files in %s", cfg.name, local_dir / cfg.name)
+        return _read_plan(cfg, plan)
+    if plan.missing and cfg.hub_id:  # with nowhere else to look, the error says it once (not a warning, then the same)
+        log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).",
+                    ", ".join(str(local_dir / cfg.name / m) for m in plan.missing), cfg.hub_id)
+    if plan.kind == "hub":
+        import datasets
+
         try:
             raw = datasets.load_dataset(cfg.hub_id, cfg.hub_config)
         except Exception as err:  # any failure here means "not reachable"
             hub_error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            if plan.fallback is None:
+                raise DataUnavailableError(_unavailable_message(cfg, local_dir, plan.missing, hub_error)) from None
+            plan = plan.fallback
+            plan.hub_error = hub_error
         else:
             roles = _roles(cfg, list(raw))
             absent = [s for s in needed(roles) if s not in raw]
             if absent:
                 raise DataConfigError(f"{cfg.hub_id} has no split(s) {absent}; it has {list(raw)}. Set "
                                       "data.train_split / data.test_split (null: carve a test set) / data.val_split.")
-            return Source(datasets.DatasetDict({s: raw[s] for s in needed(roles)}), roles, f"hub:{cfg.hub_id}",
-                          [cfg.hub_id, cfg.hub_config, str(local_dir)])
-    packaged = cfg.packaged and PACKAGED.get(cfg.name) == cfg.hub_id and cfg.hub_config is None
-    if packaged:
-        roles, files, absent = _layout(PACKAGED_DIR / cfg.name, cfg)
-        if not absent:
-            log.warning("%s: the Hub is not reachable (%s) and no local files were found: using the copy packaged "
-                        "with attnbench (%s).", cfg.name, hub_error, PACKAGED_DIR / cfg.name)
-            return Source(_read_files("parquet", files, cfg.name), roles, f"package:{cfg.name}",
-                          [cfg.hub_id, cfg.hub_config, "package"])
-    raise DataUnavailableError(_unavailable_message(cfg, local_dir, missing, hub_error))
+            return Source(datasets.DatasetDict({s: raw[s] for s in needed(roles)}), roles, plan.where, plan.key)
+    log.warning("%s: the Hub is not reachable (%s) and no local files were found: using the copy packaged "
+                "with attnbench (%s).", cfg.name, plan.hub_error, PACKAGED_DIR / cfg.name)
+    return _read_plan(cfg, plan)
 
 
 def _unavailable_message(cfg: DataConfig, local_dir: Path | None, missing: list[str], hub_error: str) -> str:

@@ -1,8 +1,9 @@
 """The command line: ``python train.py ...`` / ``attnbench-train ...``, and the Hydra task of every job.
 
 Nothing here imports torch or Lightning at module level: ``--help``, a misspelt key, an unknown
-option and the checks of :func:`attnbench.config.check_run_config` answer before they load
-(:mod:`attnbench.run.train` is imported only when a job really starts).
+option, the checks of :func:`attnbench.config.check_run_config` and a job with no data anywhere
+(:func:`check_data_source`) answer before they load (:mod:`attnbench.run.train` is imported only when a job
+really starts).
 
 - :func:`run_cli`: one ``Error: ...`` line for the user's mistakes (a misspelt key gets the closest
   valid keys, a value of the wrong type what it must be), a multirun finishes its other jobs when one
@@ -150,6 +151,28 @@ def _is_rank_zero(cfg: DictConfig) -> bool:
     return global_rank_from_env(int(devices) if isinstance(devices, int) and devices > 0 else 1) == 0
 
 
+def check_data_source(cfg: DictConfig) -> None:
+    """Where the job's data comes from, found before torch and Lightning load (:func:`attnbench.data.sources.preflight`:
+    file checks and one Hub probe, no row read): with no local files, no Hub and no packaged copy the job stops
+    here with the data error, instead of after the seconds that importing torch takes.
+
+    The output dir is checked first, as :func:`attnbench.run.train.train` does, so that a failed job never writes
+    ``failure.json`` into another run's dir.
+
+    Raises:
+        attnbench.errors.OutputDirTaken: the output dir holds another run.
+        attnbench.data.DataUnavailableError: nowhere to read the data from.
+        attnbench.data.DataConfigError: a data key that does not fit (a missing ``data.data_files`` file).
+    """
+    if cfg.get("data") is None:
+        return
+    from attnbench.data.sources import preflight
+    from attnbench.run.outputs import check_output_dir
+
+    check_output_dir(job_output_dir(cfg), resuming=bool(cfg.get("ckpt_path")))
+    preflight(cfg.data)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
@@ -166,6 +189,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     metric = cfg.get("optimized_metric")
     try:
         check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
+        check_data_source(cfg)  # no data anywhere: the data error in about a second too
         from attnbench.run.ddp import ddp_job_scope
         from attnbench.run.train import train
 

@@ -244,8 +244,47 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                         help="torch intra-op threads (default: torch's choice); pin cores with taskset")
     parser.add_argument("--diagnostics", action="store_true",
                         help="measure the attention-diagnostics callback's overhead (with vs without, interleaved)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help="also write the figures (and every run's, for --attention) with the machine, threads and "
+                             "torch version to this JSON file")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. data.batch_size=32")
     args = parser.parse_args(argv)
+    result = _dispatch(args)
+    if args.json is not None:
+        write_json(args, result)
+    return result
+
+
+def write_json(args: argparse.Namespace, result: dict) -> None:
+    """``args.json``: ``{"meta": {command, threads, torch, machine, processor, unit}, "result": result}``
+    (tokens/s are non-padding tokens per second of wall time); written whole or not at all."""
+    import json
+    import platform
+    import sys
+
+    meta = {"command": " ".join(["scripts/bench_train.py", *sys.argv[1:]]), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "machine": platform.machine(), "processor": _cpu_model(),
+            "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.json.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
+    tmp.replace(args.json)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _dispatch(args: argparse.Namespace) -> dict:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.batching:
@@ -400,6 +439,11 @@ def compare_attention(args: argparse.Namespace) -> dict[str, float]:
         runs = ", ".join(f"{x:,.0f}" for x in rates[n])
         print(f"  {n:<11} train tokens/s: {best[n]:>10,.0f}   ratio to {names[0]}: {best[n] / best[names[0]]:.3f}"
               f"   (runs: {runs})")
+    if getattr(args, "json", None) is not None:  # every run, not only the best: the spread is part of the figure
+        write_json(args, {"best": best, "runs": rates, "model": args.model, "data": str(first.data.name),
+                          "batch_size": int(first.data.batch_size), "batching": str(first.data.batching),
+                          "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats})
+        args.json = None  # written
     return best
 
 

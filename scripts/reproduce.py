@@ -12,7 +12,9 @@ Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.y
 - ``compare``: every score function x seeds x datasets;
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
-- ``cost``: ``scripts/bench_attention.py`` (time and memory per score function and sequence length).
+- ``cost``: ``scripts/bench_attention.py`` (time and memory of one attention call per score function and
+  sequence length) and ``scripts/bench_train.py --attention`` (training tokens/s of every score function,
+  interleaved on the same batches: the cost ratios of the Results).
 
 Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
@@ -189,13 +191,15 @@ def fmt_duration(seconds: float) -> str:
     return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
 
 
-def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str]) -> float:
+def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path) -> float:
     total, unknown = 0.0, 0
     print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'to run':>6}   expected")
     for stage in stages:
         mine = [j for j in jobs if j.stage == stage]
         if stage == "cost":
-            est = table.get("cost", 0.0)
+            est = sum(table.get(f"cost/{name}", 0.0) for name in ("attention", "train_throughput")
+                      if not ((out / "cost" / "train_throughput.json") if name == "train_throughput"
+                              else (out / "cost" / "attention" / "results.json")).is_file())
             total += est
             print(f"{stage:16} {'':>5} {'':>5} {'':>6} {'':>6}   {fmt_duration(est) if est else 'unknown'}")
             continue
@@ -250,23 +254,42 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str) -> bo
     return ok
 
 
+ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
+
+
 def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
-    """``scripts/bench_attention.py`` into ``<out>/cost`` (skipped when its results.json exists)."""
+    """The cost benchmarks into ``<out>/cost``, each skipped when its result file exists:
+    ``scripts/bench_attention.py`` (one attention call: time, memory, FLOPs per score function, path, n and d;
+    ``cost/attention/results.json``) and ``scripts/bench_train.py --attention`` (training tokens/s of the
+    main job's step for every score function, interleaved runs, best of 3; ``cost/train_throughput.json``),
+    the side-by-side figure the cost ratios of the Results come from."""
     dest = out / "cost"
-    if (dest / "results.json").is_file():
-        return True
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "bench_attention.py"), "--out", str(dest), "--no-wandb"]
-    if device == "gpu":
-        cmd += ["--device", "cuda"]
-    start = time.monotonic()
-    with open(dest / "bench.log", "a") as log:
-        rc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
-    manifest["jobs"]["cost"] = {"status": "done" if rc == 0 else f"failed (exit {rc})", "commits": [commit],
-                                "seconds": time.monotonic() - start, "estimate_key": "cost",
-                                "command": " ".join(cmd[1:])}
-    save_manifest(out, manifest)
-    return rc == 0
+    benches = [
+        ("attention", dest / "attention" / "results.json",
+         ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
+         + (["--device", "cuda"] if device == "gpu" else [])),
+    ]
+    if device == "cpu":  # bench_train.py measures on the CPU only; on a GPU the compare runs' own rates serve
+        benches.append(("train_throughput", dest / "train_throughput.json",
+                        ["scripts/bench_train.py", "--attention", ALL_SCORES, "--repeats", "3", "--json",
+                         str(dest / "train_throughput.json")]))
+    ok = True
+    for name, result, args in benches:
+        if result.is_file():
+            continue
+        result.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, *args]
+        start = time.monotonic()
+        with open(dest / f"{name}.log", "a") as log:
+            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}\n# {' '.join(cmd)}\n")
+            log.flush()
+            rc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+        manifest["jobs"][f"cost/{name}"] = {"status": "done" if rc == 0 and result.is_file() else f"failed (exit {rc})",
+                                            "commits": [commit], "seconds": time.monotonic() - start,
+                                            "estimate_key": f"cost/{name}", "command": " ".join(args)}
+        save_manifest(out, manifest)
+        ok = ok and rc == 0
+    return ok
 
 
 def report(stage: str, out: Path, device: str, publish: bool) -> bool:
@@ -308,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         parser.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    stages = [s for s in STAGES if s in stages]  # always in the documented order
     out = (args.out or REPO_ROOT / "results" / args.device).resolve()
     out.mkdir(parents=True, exist_ok=True)
     manifest = load_manifest(out)
@@ -315,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     table = estimates(args.device, out, manifest)
     commit = git_commit()
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
-    print_plan(jobs, table, stages)
+    print_plan(jobs, table, stages, out)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         measured = estimates(args.device, out, manifest)

@@ -59,3 +59,21 @@ def test_short_attention_ratios():
     assert all(v > 0 for v in out.values()) and set(out) == {f"{n}/{lay}" for n in ("scaled_dot", "euclidean",
                                                                                       "cosine")
                                                               for lay in ("views", "contiguous")}
+
+
+def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monkeypatch):
+    """`bench_train.py --attention ... --json` (the cost stage of scripts/reproduce.py): every interleaved run
+    per score function, the best = the largest of them, the settings and the machine."""
+    bench = _script("bench_train")
+    out = tmp_path / "cost" / "train_throughput.json"
+    best = bench.main(["--model", "tiny", "--steps", "8", "--warmup", "2", "--repeats", "2",
+                       "--attention", "scaled_dot,additive", "--json", str(out), "data.max_train_samples=256"])
+    import json
+
+    data = json.loads(out.read_text())
+    runs = data["result"]["runs"]
+    assert set(runs) == {"scaled_dot", "additive"} and all(len(v) == 2 for v in runs.values())
+    assert data["result"]["best"] == {k: max(v) for k, v in runs.items()} == best
+    assert data["result"]["steps"] == 8 and data["result"]["repeats"] == 2 and data["result"]["model"] == "tiny"
+    assert data["meta"]["threads"] == torch.get_num_threads() and data["meta"]["torch"] == torch.__version__
+    assert all(rate > 0 for v in runs.values() for rate in v)

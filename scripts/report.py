@@ -621,10 +621,13 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     table = summarise(jobs, swept, baseline)
     counts = jobs["status"].value_counts().to_dict()
+    n_stopped = int(table["n_stopped"].sum()) if "n_stopped" in table else 0
     lines = [
         f"# attnbench report: {source}",
         "",
-        f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished, {counts.get(STATUS_FAILED, 0)} failed, "
+        f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished"
+        + (f" ({n_stopped} of them stopped by trainer.max_time: unfinished)" if n_stopped else "")
+        + f", {counts.get(STATUS_FAILED, 0)} failed, "
         f"{counts.get(STATUS_INCOMPLETE, 0)} incomplete (killed or still running), "
         f"{counts.get(STATUS_MISSING, 0)} not started. Swept: {', '.join(swept) or 'nothing'}.",
         "",

@@ -60,6 +60,7 @@ def test_a_run_the_cap_stops_says_so_and_the_report_extrapolates(toy, tmp_path, 
     assert table.loc[0, "extrapolated_sec"] == pytest.approx(220_000 / rate, rel=1e-9)
     assert table.loc[0, "sec_per_step"] == pytest.approx(1 / rate, rel=1e-9)
     markdown = (report_dir / "report.md").read_text()
+    assert "Jobs: 1 — 1 finished (1 of them stopped by trainer.max_time: unfinished), 0 failed" in markdown
     main_row = next(line for line in markdown.splitlines() if line.startswith("| 0 | unfinished"))
     steps = f"{metrics['train/steps_done']:,.0f}"
     assert f"unfinished: stopped by max_time at {steps} of 220,000 steps (1 seed)" in main_row

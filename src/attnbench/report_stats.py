@@ -103,7 +103,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row["n_stopped"] = len(halted)
         row["steps_done"] = row["steps_planned"] = row["extrapolated_sec"] = math.nan
         if len(halted):
-            numbers = {k: pd.to_numeric(halted[k], errors="coerce") if k in halted else pd.Series(math.nan, halted.index)
+            missing = pd.Series(math.nan, index=halted.index)
+            numbers = {k: pd.to_numeric(halted.get(k, missing), errors="coerce")
                        for k in ("train/steps_done", "train/steps_planned", "train/steps_per_sec")}
             row["steps_done"] = numbers["train/steps_done"].mean()
             row["steps_planned"] = numbers["train/steps_planned"].mean()

@@ -16,7 +16,7 @@ Parts, in order (expected / timeout on an H200; expected figures are estimates, 
   (``trainer.precision=bf16-mixed``), CSV logger; its ``metrics.json``.
 - ``bench``: ``scripts/bench_attention.py --device cuda --dtype bfloat16`` at n = 64 ... 4096 (d = 64) and
   d = 16 ... 256 (n = 1024), B = 4, H = 4, every score function, fast and naive paths, fwd and fwd+bwd.
-- ``compare``: ``experiment=compare`` with one seed and ``trainer.max_steps`` (default 300) on SST-2 and TREC
+- ``compare``: ``experiment=compare`` with one seed and ``trainer.max_steps`` (default 200) on SST-2 and TREC
   (14 jobs), then ``scripts/report.py`` on it.
 
 Writes into ``--out`` (default: ``$OUT`` when set, else ``outputs/gpu_check/<time>``) at most 8 files, one folder
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--python", default=sys.executable, help="the Python that runs the parts")
     parser.add_argument("--wheels", type=Path, default=None,
                         help="a folder of wheels for the missing packages (pip --no-index); default: .whl if present")
-    parser.add_argument("--compare-steps", type=int, default=300, help="trainer.max_steps of each compare job")
+    parser.add_argument("--compare-steps", type=int, default=200, help="trainer.max_steps of each compare job")
     parser.add_argument("--max-n", type=int, default=4096, help="the benchmark's longest sequence")
     parser.add_argument("--budget-s", type=int, default=BUDGET_S,
                         help="wall-time budget of the whole check: a part's timeout is cut to what is left of it")
@@ -112,17 +112,17 @@ def plan(args: argparse.Namespace) -> list[Part]:
     parts = [Part("env", ["bash", "-c", env_cmd], 60, 20, "GPU, torch/CUDA, missing packages (installs --wheels)")]
     if "main_bf16" in args.parts:
         parts.append(Part("main_bf16", [py, "train.py", "trainer=gpu", "trainer.precision=bf16-mixed", *common,
-                                        f"hydra.run.dir={work}/main_bf16"], 240, 120,
+                                        f"hydra.run.dir={work}/main_bf16"], 200, 120,
                           "the main job (SST-2, model=small, 3 epochs) in bf16"))
     if "bench" in args.parts:
         parts.append(Part("bench", [py, "scripts/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
-                                    "--lengths", lengths, "--min-run-time", "0.1", "--no-wandb",
-                                    "--out", f"{work}/bench"], 180, 120,
+                                    "--lengths", lengths, "--min-run-time", "0.05", "--no-wandb",
+                                    "--out", f"{work}/bench"], 200, 120,
                           f"one attention call per score function, n = 64 ... {args.max_n}, bf16"))
     if "compare" in args.parts:
         parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0",
                                       f"trainer.max_steps={args.compare_steps}", "trainer.max_epochs=-1", *common,
-                                      "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 240, 180,
+                                      "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 270, 180,
                           f"7 score functions x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))
         parts.append(Part("compare_report", [py, "scripts/report.py", f"{work}/compare", "--out",
                                              f"{work}/compare_report", "--no-attention-maps"], 45, 15,

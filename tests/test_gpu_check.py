@@ -24,10 +24,10 @@ def test_dry_run_prints_the_expected_duration_and_every_command(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
-    assert first.startswith("GPU check: 5 parts, expected about 7.6 min") and "at most 12.8 min" in first
+    assert first.startswith("GPU check: 5 parts, expected about 7.6 min") and "at most 12.9 min" in first
     assert "trainer=gpu trainer.precision=bf16-mixed" in proc.stdout
     assert "--device cuda --dtype bfloat16 --lengths 64,128,256,512,1024,2048,4096 " in proc.stdout
-    assert "experiment=compare seed=0 trainer.max_steps=300 trainer.max_epochs=-1" in proc.stdout
+    assert "experiment=compare seed=0 trainer.max_steps=200 trainer.max_epochs=-1" in proc.stdout
     assert not (tmp_path / "o").exists()  # a dry run writes nothing
 
 
@@ -65,4 +65,4 @@ def test_the_training_parts_compose_and_pass_the_config_checks():
             cfg = compose("train", overrides=[*overrides, "data=trec"])
         check_run_config(cfg)
         assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
-    assert cfg.trainer.max_steps == 300 and cfg.seed == 0
+    assert cfg.trainer.max_steps == 200 and cfg.seed == 0

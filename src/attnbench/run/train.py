@@ -240,19 +240,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with failures.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
-        fit_metrics.update(steps_done_and_planned(trainer))
+        steps = steps_done_and_planned(trainer)  # whole-run figures: in metrics.json and the loggers' last row
         stopped_by = stop_reason(trainer)
         if stopped_by:
             log.warning("Stopped by trainer.%s after %d of %s planned training steps: the test below measures an "
                         "unfinished run (metrics.json: stopped_by=%s; scripts/report.py shows its time per step and "
                         "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
-                        trainer.global_step, _planned_text(fit_metrics), stopped_by)
+                        trainer.global_step, _planned_text(steps), stopped_by)
         ckpt_cb = trainer.checkpoint_callback
         best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
         test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
-    summary: dict[str, Any] = {**fit_metrics, **test_metrics}
+    summary: dict[str, Any] = {**fit_metrics, **test_metrics, **steps}
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start

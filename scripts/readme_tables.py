@@ -16,17 +16,38 @@ that renders the table from it (derived columns, e.g. ratios to a baseline, are 
 tests/test_readme_tables.py runs ``--check``'s logic, so a hand-edited number (or an edited source without a
 re-run) fails the suite. Tables whose numbers come from runs whose result files are not in the repository are
 listed in :data:`NOT_GENERATED` with the reason; they are not marked.
+
+Sources are JSON (a renderer gets the parsed object) or CSV (a renderer gets the rows, a list of
+``column -> text`` dicts). The experiments' tables come from ``scripts/report.py``'s ``report.csv`` (one row per
+variant: the variant keys, ``n``, ``acc_mean``/``acc_std``/``acc_ci``, ``diff_mean``/``diff_ci``/``diff_n``,
+``train_tok_s``/``test_tok_s``/``train_steps_s``, ``peak_mem_mb``, ``params``, the diagnostics and, for runs
+``trainer.max_time`` stopped, ``n_stopped``/``steps_done``/``steps_planned``/``sec_per_step``/``extrapolated_sec``),
+which ``scripts/reproduce.py`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
+``compare``, ``head_dim_sweep`` and ``long_context`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
+(:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
+
+1. commit ``docs/results/<device>/<stage>.csv`` (what ``scripts/reproduce.py`` wrote);
+2. put the two markers where the table belongs (README.md or docs/results.md), e.g.
+   ``<!-- generated: docs/results/cpu/compare.csv -->`` and ``<!-- end generated -->`` on the next line;
+3. run ``python scripts/readme_tables.py`` (fills the table in) and drop the stage's entry from
+   :data:`NOT_GENERATED`.
+
+tests/test_readme_tables.py then holds the table to its CSV; a CSV that exists with a renderer but no marker
+fails that test, so a committed result is never left unshown.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import difflib
+import io
 import json
+import math
 import re
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,12 +55,12 @@ MARKER = re.compile(r"<!-- generated: (?P<source>[^ ]+) -->\n(?P<body>.*?)<!-- e
 
 #: tables with measured numbers that are NOT generated, and why (their result files are not in the repository)
 NOT_GENERATED = {
-    "README Results: score functions × {sst2, trec}": "not generated: the compare sweep's report.csv (outputs/, "
-    "ignored by git) is not in the repository; commit it under docs/results/ and add a renderer",
-    "README Results: head_dim sweep (accuracy, diagnostics)": "not generated: the head_dim_sweep report.csv is not "
-    "in the repository",
-    "README Results: long-context (n=512/1024 steps/s, tok/s, RSS)": "not generated: the long_context runs' "
-    "metrics.json / report.csv are not in the repository",
+    "README Results: score functions × {sst2, trec}": "not generated: docs/results/cpu/compare.csv does not exist "
+    "yet (scripts/reproduce.py writes it); render_compare is registered for it: commit it and add its markers",
+    "README Results: head_dim sweep (accuracy, diagnostics)": "not generated: docs/results/cpu/head_dim_sweep.csv "
+    "does not exist yet; render_head_dim_sweep is registered for it: commit it and add its markers",
+    "README Results: long-context (n=512/1024 steps/s, tok/s, RSS)": "not generated: docs/results/cpu/"
+    "long_context.csv does not exist yet; render_long_context is registered for it: commit it and add its markers",
     "README Cost: B=1 additive naive/fast/compiled table": "not generated: bench_attention.py's JSON output of that "
     "run is not in the repository (the table has no derived column to drift)",
     "README Cost: tokens/s random vs length_grouped (MFU)": "not generated: scripts/bench_train.py's output of that "
@@ -94,10 +115,188 @@ def render_batching_accuracy(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS: dict[str, Callable[[dict], str]] = {
+# --------------------------------------------------------------------------- report.csv of the experiments
+
+#: report.csv columns that are figures, not variant keys (scripts/report.py, attnbench.report_stats.summarise)
+FIGURE_COLUMNS = frozenset({
+    "n", "acc_mean", "acc_std", "acc_ci", "diff_mean", "diff_ci", "diff_n", "train_tok_s", "test_tok_s",
+    "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
+    "n_stopped", "steps_done", "steps_planned", "extrapolated_sec",
+})
+BASELINE = "scaled_dot"
+#: the order score functions are listed in (others follow in the CSV's order)
+ATTENTION_ORDER = ("dot", "scaled_dot", "general", "additive", "euclidean", "l2", "cosine")
+
+
+def _num(value: str | None) -> float:
+    """A CSV cell as a float; NaN for an empty cell."""
+    return float(value) if value not in (None, "") else math.nan
+
+
+def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[str, dict[str, str]]]:
+    """``setting value -> attention -> row`` of a report.csv, settings in numeric (else first-seen) order and score
+    functions in :data:`ATTENTION_ORDER`.
+
+    Args:
+        key: the setting column the table is organised by (``data``, ``model.head_dim``, ``data.max_length``), or
+            ``None`` for a table of score functions alone.
+
+    Raises:
+        ValueError: a column the report.csv must have is missing, or two rows share the setting and score
+            function (another setting varies too: the table would hide it).
+    """
+    if not rows:
+        raise ValueError("report.csv has no rows")
+    for column in ("attention", "n", "acc_mean", *([key] if key else [])):
+        if column not in rows[0]:
+            raise ValueError(f"report.csv has no {column!r} column (columns: {', '.join(rows[0])})")
+    table: dict[str, dict[str, dict[str, str]]] = {}
+    for row in rows:
+        setting = row[key] if key else ""
+        if row["attention"] in table.setdefault(setting, {}):
+            others = [c for c in row if c not in FIGURE_COLUMNS and c not in (key, "attention")]
+            raise ValueError(f"two rows for {key}={setting}, attention={row['attention']}: another setting varies "
+                             f"({', '.join(others) or 'none named'}); render one report per setting")
+        table[setting][row["attention"]] = row
+
+    def setting_order(value: str) -> tuple:
+        try:
+            return (0, float(value), "")
+        except ValueError:
+            return (1, 0.0, "")
+
+    ordered = sorted(table, key=setting_order) if all(setting_order(v)[0] == 0 for v in table) else list(table)
+    rank = {name: i for i, name in enumerate(ATTENTION_ORDER)}
+    return {s: dict(sorted(table[s].items(), key=lambda kv: rank.get(kv[0], len(rank)))) for s in ordered}
+
+
+def _sign(value: float, digits: int = 4) -> str:
+    return ("+" if value > 0 else "−" if value < 0 else "±") + f"{abs(value):.{digits}f}"
+
+
+def _acc(row: dict[str, str]) -> tuple[str, str]:
+    """(test accuracy mean ± std, 95% interval) cells; an unfinished variant (every run stopped by
+    ``trainer.max_time``) says so and how far it got instead."""
+    n, stopped = int(_num(row["n"])), int(_num(row.get("n_stopped")) or 0) if row.get("n_stopped") else 0
+    if n == 0 and stopped:
+        return (f"unfinished (max_time): {_num(row['steps_done']):,.0f} of {_num(row['steps_planned']):,.0f} steps",
+                "–")
+    mean, std, half = _num(row["acc_mean"]), _num(row["acc_std"]), _num(row["acc_ci"])
+    extra = f" (+{stopped} unfinished, left out)" if stopped else ""
+    if n == 1 or math.isnan(half):
+        return f"{mean:.4f}{extra}", "1 seed, no interval"
+    return f"{mean:.4f} ± {std:.4f}{extra}", f"[{mean - half:.3f}, {mean + half:.3f}]"
+
+
+def _delta(row: dict[str, str]) -> str:
+    """The paired difference to the baseline with its 95% interval; "–" for the baseline itself or none."""
+    mean, half = _num(row.get("diff_mean")), _num(row.get("diff_ci"))
+    if row["attention"] == BASELINE or math.isnan(mean):
+        return "–"
+    if math.isnan(half):
+        return f"{_sign(mean)} (1 seed, no interval)"
+    return f"{_sign(mean)} [{_sign(mean - half)}, {_sign(mean + half)}]"
+
+
+def _ratio(row: dict[str, str], base: dict[str, str] | None, column: str) -> str:
+    """``row[column]`` as a multiple of the baseline's; the baseline row shows its absolute rate."""
+    value = _num(row.get(column))
+    if base is None or math.isnan(value):
+        return "–"
+    if row is base:
+        return f"1.00 ({value:,.0f}/s)"
+    return f"{value / _num(base.get(column)):.2f}"
+
+
+def _fixed(value: str, digits: int) -> str:
+    number = _num(value)
+    return "–" if math.isnan(number) else f"{number:.{digits}f}"
+
+
+def render_compare(rows: list[dict[str, str]]) -> str:
+    """Per dataset and score function: test accuracy mean ± std over seeds, its 95% t interval, the paired Δ to
+    ``scaled_dot`` with its 95% interval, training and inference tokens/s as multiples of ``scaled_dot``'s (its
+    own row: the absolute rate), and the attention diagnostics after training (normalised entropy, saturated
+    rows, largest |score|)."""
+    lines = [f"| data | attention | seeds | test acc (mean ± std) | 95% CI | Δ vs {BASELINE} (paired, 95% CI) | "
+             "train tok/s × | test tok/s × | entropy (norm.) | saturated rows | max \\|score\\| |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for data, by_attention in _by_setting(rows, "data").items():
+        base = by_attention.get(BASELINE)
+        for attention, row in by_attention.items():
+            acc, ci = _acc(row)
+            lines.append(f"| {data} | `{attention}` | {int(_num(row['n']))} | {acc} | {ci} | {_delta(row)} | "
+                         f"{_ratio(row, base, 'train_tok_s')} | {_ratio(row, base, 'test_tok_s')} | "
+                         f"{_fixed(row.get('entropy_norm'), 3)} | {_fixed(row.get('saturated_frac'), 3)} | "
+                         f"{_fixed(row.get('max_score'), 1)} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_head_dim_sweep(rows: list[dict[str, str]]) -> str:
+    """Three tables over d_k (``model.head_dim``): test accuracy mean [95% interval] per score function, the paired
+    Δ to ``scaled_dot`` [95% interval], and the diagnostics after training (largest |score|, saturated rows,
+    normalised entropy)."""
+    table = _by_setting(rows, "model.head_dim")
+    dks = list(table)
+    attentions = list(dict.fromkeys(a for by_attention in table.values() for a in by_attention))
+    head = " | ".join(f"d_k={int(float(d))}" for d in dks)
+    sep = "|---|" + "---|" * len(dks)
+
+    def acc_cell(row: dict[str, str] | None) -> str:
+        if row is None:
+            return "–"
+        acc, ci = _acc(row)
+        return acc.split(" ± ")[0] + ("" if ci == "–" else " (1 seed)" if ci.startswith("1 seed") else f" {ci}")
+
+    lines = [f"| test acc (mean [95% CI]) | {head} |", sep]
+    lines += [f"| `{a}` | " + " | ".join(acc_cell(table[d].get(a)) for d in dks) + " |" for a in attentions]
+    lines += ["", f"| Δ vs {BASELINE} (paired, 95% CI) | {head} |", sep]
+    lines += [f"| `{a}` | " + " | ".join(_delta(table[d][a]) if a in table[d] else "–" for d in dks) + " |"
+              for a in attentions if a != BASELINE]
+    lines += ["", f"| diagnostics after training | {head} |", sep]
+    for column, label, digits in (("max_score", "max \\|score\\|", 1), ("saturated_frac", "saturated rows", 3),
+                                  ("entropy_norm", "entropy (norm.)", 3)):
+        lines += [f"| `{a}` {label} | " + " | ".join(_fixed(table[d][a].get(column), digits) if a in table[d] else "–"
+                                                     for d in dks) + " |" for a in attentions]
+    return "\n".join(lines) + "\n"
+
+
+def render_long_context(rows: list[dict[str, str]]) -> str:
+    """Per sequence length (``data.max_length``) and score function: test accuracy (or, for a run
+    ``trainer.max_time`` stopped, how far it got), training tokens/s and its multiple of ``scaled_dot``'s,
+    seconds per training step, the extrapolated time of the whole budget for an unfinished run, and peak memory."""
+    lines = ["| n | attention | test acc | train tok/s (× scaled_dot) | s/step | whole budget | peak mem (MiB) |",
+             "|---|---|---|---|---|---|---|"]
+    for n, by_attention in _by_setting(rows, "data.max_length").items():
+        base = by_attention.get(BASELINE)
+        for attention, row in by_attention.items():
+            acc, ci = _acc(row)
+            if ci not in ("–", "1 seed, no interval"):
+                acc = f"{acc} {ci}"
+            tok = _num(row.get("train_tok_s"))
+            ratio = "" if base is None or math.isnan(tok) else f" ({tok / _num(base.get('train_tok_s')):.3f}×)"
+            sec = _num(row.get("sec_per_step"))
+            whole = _num(row.get("extrapolated_sec"))
+            lines.append(f"| {int(float(n))} | `{attention}` | {acc} | "
+                         f"{'–' if math.isnan(tok) else f'{tok:,.0f}'}{ratio} | "
+                         f"{'–' if math.isnan(sec) else f'{sec:.3g}'} | "
+                         f"{'finished' if math.isnan(whole) else f'{whole / 3600:.1f} h (extrapolated)'} | "
+                         f"{_fixed(row.get('peak_mem_mb'), 0)} |")
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS: dict[str, Callable[[Any], str]] = {
     "docs/results/attention_cost_cpu.json": render_attention_cost,
     "docs/results/batching_accuracy_sst2.json": render_batching_accuracy,
 }
+#: the experiments' report tables, by stage (scripts/reproduce.py's names), for each device's folder
+STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
+    "compare": render_compare,
+    "head_dim_sweep": render_head_dim_sweep,
+    "long_context": render_long_context,
+}
+RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
+                  for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 
 
 def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -109,7 +308,10 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     """The table for ``source`` (a path relative to ``root``). Raises KeyError for a source with no renderer."""
     if source not in RENDERERS:
         raise KeyError(f"no renderer for generated table source {source!r}; known: {sorted(RENDERERS)}")
-    return RENDERERS[source](json.loads((root / source).read_text(encoding="utf-8")))
+    text = (root / source).read_text(encoding="utf-8")
+    if source.endswith(".csv"):
+        return RENDERERS[source](list(csv.DictReader(io.StringIO(text))))
+    return RENDERERS[source](json.loads(text))
 
 
 def regenerate(text: str, root: Path = REPO_ROOT) -> str:

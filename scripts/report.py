@@ -20,7 +20,11 @@ Per variant the report gives the number of seeds, test accuracy mean ± sample s
 interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
 paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
 inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
-the final attention entropy, saturation and largest score. Plots (PNG, next to ``report.md``):
+the final attention entropy, saturation and largest score. A run that ``trainer.max_time`` stopped before its
+step budget (``stopped_by: max_time`` in its ``metrics.json``) is marked *unfinished*: its accuracy is left out
+of the statistics, and the report gives its measured seconds per step and the time its whole budget would take
+at that rate (planned steps / steps per second) instead, in the table and in a section of its own.
+Plots (PNG, next to ``report.md``):
 
 - ``pareto.png``: test accuracy vs training tokens/s per setting, with the
   Pareto front (no variant both faster and more accurate);
@@ -49,6 +53,8 @@ from typing import Any
 
 import pandas as pd
 import yaml
+
+from attnbench.run.console import human_seconds
 
 # The statistics (mean_ci, summarise) and the status names live in the package, where mutation testing reaches them.
 from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
@@ -440,18 +446,59 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 ONE_SEED = "1 seed, no interval"
+# marks a figure of a run that trainer.max_time stopped before its step budget (metrics.json: stopped_by)
+STOPPED_MARK = "unfinished"
+
+
+def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
+    """The runs ``trainer.max_time`` stopped before their budget, one Markdown row each: steps done of planned,
+    measured seconds per training step, measured training time, the extrapolated time of the whole budget
+    (planned steps / measured steps per second; training steps only) and the test accuracy at the stop, marked
+    as not final. Empty when no run stopped."""
+    if "stopped_by" not in jobs:
+        return ""
+    stopped = jobs[(jobs["status"] == STATUS_OK) & jobs["stopped_by"].map(lambda v: isinstance(v, str) and v != "")]
+    if stopped.empty:
+        return ""
+    headers = ["job", *swept, "stopped by", "steps done / planned", "s/step (measured)", "training time (measured)",
+               "whole budget (extrapolated)", "test acc at the stop (not final)"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for _, r in stopped.iterrows():
+        done, planned = r.get("train/steps_done"), r.get("train/steps_planned")
+        rate, seconds = r.get("train/steps_per_sec"), r.get("train/time_sec")
+        sec_step = 1.0 / rate if _finite(rate) and rate > 0 else math.nan
+        whole = planned / rate if _finite(planned) and _finite(rate) and rate > 0 else math.nan
+        cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
+        cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
+                  "–" if math.isnan(sec_step) else f"{sec_step:.3g}",
+                  human_seconds(seconds) if _finite(seconds) else "–",
+                  human_seconds(whole) if not math.isnan(whole) else "–",
+                  f"{r.get(ACC):.4f} ({STOPPED_MARK})" if _finite(r.get(ACC)) else "–"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
     """The per-variant table as Markdown (accuracy as mean ± std [95% CI]; "1 seed, no interval" where n = 1)."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
+    has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
                "train tok/s", "train steps/s", "test tok/s", "peak mem (MiB)", "params"]
+    if has_stopped:
+        headers += ["s/step", f"whole budget at that rate ({STOPPED_MARK})"]
     if has_diag:
         headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, r in table.iterrows():
-        if not math.isnan(r.acc_ci):
+        n_stopped = int(r.get("n_stopped", 0) or 0)
+        if int(r.n) == 0 and n_stopped:
+            acc, ci = (f"{STOPPED_MARK}: stopped by max_time at {_fmt(r.steps_done, 0)} of "
+                       f"{_fmt(r.steps_planned, 0)} steps ({n_stopped} seed{'s' * (n_stopped > 1)})"), "–"
+        elif not math.isnan(r.acc_ci):
             acc, ci = f"{r.acc_mean:.4f} ± {_fmt(r.acc_std)}", f"[{r.acc_mean - r.acc_ci:.4f}, {r.acc_mean + r.acc_ci:.4f}]"
         elif int(r.n) == 1:
             acc, ci = f"{r.acc_mean:.4f}", ONE_SEED
@@ -463,10 +510,17 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
             diff = f"{r.diff_mean:+.4f} ({ONE_SEED})"
         else:
             diff = f"{r.diff_mean:+.4f} ± {r.diff_ci:.4f}"
+        if n_stopped and int(r.n):
+            acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
         cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
                   _fmt(r.get("train_steps_s"), 2), _fmt(r.get("test_tok_s"), 0), _fmt(r.get("peak_mem_mb"), 0),
                   _fmt(r.get("params"), 0)]
+        if has_stopped:
+            sec = r.get("sec_per_step")
+            cells += ["–" if sec is None or math.isnan(sec) else f"{sec:.3g}",
+                      "–" if not n_stopped or math.isnan(r.extrapolated_sec) else
+                      f"{human_seconds(r.extrapolated_sec)} ({STOPPED_MARK})"]
         if has_diag:
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -604,10 +658,13 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     table = summarise(jobs, swept, baseline)
     counts = jobs["status"].value_counts().to_dict()
+    n_stopped = int(table["n_stopped"].sum()) if "n_stopped" in table else 0
     lines = [
         f"# attnbench report: {source}",
         "",
-        f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished, {counts.get(STATUS_FAILED, 0)} failed, "
+        f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished"
+        + (f" ({n_stopped} of them stopped by trainer.max_time: unfinished)" if n_stopped else "")
+        + f", {counts.get(STATUS_FAILED, 0)} failed, "
         f"{counts.get(STATUS_INCOMPLETE, 0)} incomplete (killed or still running), "
         f"{counts.get(STATUS_MISSING, 0)} not started. Swept: {', '.join(swept) or 'nothing'}.",
         "",
@@ -626,6 +683,13 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         lines += ["No job finished.", ""]
     else:
         lines += [markdown_table(table, variant_keys, baseline), ""]
+    stopped = stopped_table(jobs, swept)
+    if stopped:
+        lines += ["## Runs stopped by the wall-time cap (unfinished)", "",
+                  "`trainer.max_time` ended these runs before their step budget: their accuracy is not a final one "
+                  "and is left out of the table above. Instead: the measured seconds per training step and the time "
+                  "the whole budget would take at that rate (planned steps / measured steps per second; training "
+                  "steps only, validation and test not counted).", "", stopped, ""]
     problems = jobs[jobs["status"] != STATUS_OK]
     if len(problems):
         lines += ["## Failed, incomplete or missing jobs", "", "| job | " + " | ".join(swept) + " | status | last step | error |",

@@ -23,8 +23,10 @@ def test_every_generated_table_matches_its_source():
         text = path.read_text(encoding="utf-8")
         found += tables.sources_in(text)
         assert tables.regenerate(text) == text, f"{path}: run python scripts/readme_tables.py"
-    # every result file with a renderer is shown somewhere (a table moved to docs/ keeps its markers)
-    assert sorted(set(found)) == sorted(tables.RENDERERS)
+    # every result file in the repository with a renderer is shown somewhere (a table moved to docs/ keeps its
+    # markers); a stage's report.csv that scripts/reproduce.py has not written yet has no table to show
+    assert sorted(set(found)) == sorted(source for source in tables.RENDERERS if (REPO_ROOT / source).is_file())
+    assert all((REPO_ROOT / source).is_file() for source in found)
 
 
 def test_check_fails_on_a_drifted_number(tmp_path):
@@ -67,3 +69,103 @@ def test_derived_columns_by_hand():
 def test_unknown_source_is_named():
     with pytest.raises(KeyError, match="results/nope.json"):
         tables.regenerate("<!-- generated: results/nope.json -->\n| a |\n<!-- end generated -->\n")
+
+
+# --------------------------------------------------------------------------- the experiments' report.csv tables
+
+# report.csv as scripts/report.py writes it (columns of attnbench.report_stats.summarise, in its order); numbers
+# chosen so every derived cell can be checked by hand
+REPORT_COLUMNS = ("data,trainer.max_epochs,attention,acc_mean,acc_std,acc_ci,n,diff_mean,diff_ci,diff_n,train_tok_s,"
+                  "test_tok_s,train_steps_s,peak_mem_mb,params,entropy_norm,saturated_frac,max_score,sec_per_step,"
+                  "n_stopped,steps_done,steps_planned,extrapolated_sec")
+COMPARE_CSV = REPORT_COLUMNS + """
+sst2,3,scaled_dot,0.8,0.01,0.0124,5,,,,5430.0,36000.0,1.2,700.0,2000000,0.98,0.0,4.4,0.8333,0,,,
+sst2,3,additive,0.79,0.02,0.0248,5,-0.01,0.02,5,1194.6,4320.0,0.3,900.0,2000000,0.983,0.0,1.6,3.3333,0,,,
+trec,20,scaled_dot,0.83,,,1,,,,8000.0,34000.0,5.0,650.0,1300000,0.915,0.0,6.3,0.2,0,,,
+trec,20,dot,0.844,,,1,0.014,,1,8320.0,30940.0,5.2,650.0,1300000,0.721,0.023,16.1,0.1923,0,,,
+"""
+
+
+def _rows(text: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_compare_table_by_hand():
+    lines = tables.render_compare(_rows(COMPARE_CSV)).splitlines()
+    assert lines[0].startswith("| data | attention | seeds | test acc (mean ± std) | 95% CI | Δ vs scaled_dot")
+    # scaled_dot's own row shows its absolute rates; 0.8 ± 0.0124 -> [0.788, 0.812]
+    assert lines[2] == "| sst2 | `scaled_dot` | 5 | 0.8000 ± 0.0100 | [0.788, 0.812] | – | 1.00 (5,430/s) | " \
+                       "1.00 (36,000/s) | 0.980 | 0.000 | 4.4 |"
+    # 1194.6 / 5430 = 0.22, 4320 / 36000 = 0.12; Δ -0.01 ± 0.02 -> [-0.03, +0.01]
+    assert lines[3] == "| sst2 | `additive` | 5 | 0.7900 ± 0.0200 | [0.765, 0.815] | −0.0100 [−0.0300, +0.0100] | " \
+                       "0.22 | 0.12 | 0.983 | 0.000 | 1.6 |"
+    # one seed: no interval, and dot listed before scaled_dot (ATTENTION_ORDER); 8320 / 8000 = 1.04
+    assert lines[4] == "| trec | `dot` | 1 | 0.8440 | 1 seed, no interval | +0.0140 (1 seed, no interval) | 1.04 | " \
+                       "0.91 | 0.721 | 0.023 | 16.1 |"
+    assert lines[5].startswith("| trec | `scaled_dot` | 1 | 0.8300 | 1 seed, no interval | – | 1.00 (8,000/s) |")
+
+
+HEAD_DIM_CSV = """model.head_dim,attention,acc_mean,acc_std,acc_ci,n,diff_mean,diff_ci,diff_n,max_score,saturated_frac,entropy_norm
+128,dot,0.775,0.01,0.0248,3,-0.029,0.01,3,98.9,0.197,0.298
+128,scaled_dot,0.804,0.005,0.0124,3,,,,5.7,0.0,0.969
+16,dot,0.798,0.01,0.0248,3,-0.001,0.03,3,4.0,0.0,0.952
+16,scaled_dot,0.799,0.005,0.0124,3,,,,1.3,0.0,0.991
+"""
+
+
+def test_head_dim_tables_by_hand():
+    text = tables.render_head_dim_sweep(_rows(HEAD_DIM_CSV))
+    acc, delta, diag = text.split("\n\n")
+    assert acc.splitlines()[0] == "| test acc (mean [95% CI]) | d_k=16 | d_k=128 |"  # d_k in numeric order
+    assert acc.splitlines()[2] == "| `dot` | 0.7980 [0.773, 0.823] | 0.7750 [0.750, 0.800] |"
+    assert acc.splitlines()[3] == "| `scaled_dot` | 0.7990 [0.787, 0.811] | 0.8040 [0.792, 0.816] |"
+    # -0.029 ± 0.01 -> [-0.039, -0.019]: an interval without 0; -0.001 ± 0.03 contains it
+    assert delta.splitlines()[2] == "| `dot` | −0.0010 [−0.0310, +0.0290] | −0.0290 [−0.0390, −0.0190] |"
+    assert len(delta.splitlines()) == 3  # no row for the baseline itself
+    assert "| `dot` max \\|score\\| | 4.0 | 98.9 |" in diag.splitlines()
+    assert "| `dot` saturated rows | 0.000 | 0.197 |" in diag.splitlines()
+    assert "| `scaled_dot` entropy (norm.) | 0.991 | 0.969 |" in diag.splitlines()
+
+
+LONG_CONTEXT_CSV = """data.max_length,attention,acc_mean,acc_std,acc_ci,n,train_tok_s,peak_mem_mb,sec_per_step,n_stopped,steps_done,steps_planned,extrapolated_sec
+256,scaled_dot,0.86,,,1,20000.0,1200.0,0.35,0,,,
+256,additive,,,,0,400.0,1900.0,17.5,1,205,2229,39007.5
+512,scaled_dot,0.87,,,1,15000.0,1600.0,0.9,0,,,
+"""
+
+
+def test_long_context_table_shows_unfinished_runs_by_their_cost():
+    lines = tables.render_long_context(_rows(LONG_CONTEXT_CSV)).splitlines()
+    assert lines[2] == "| 256 | `scaled_dot` | 0.8600 | 20,000 (1.000×) | 0.35 | finished | 1200 |"
+    # stopped at 205 of 2,229 steps; 2,229 x 17.5 s = 39,007.5 s = 10.8 h; 400 / 20,000 = 0.020
+    assert lines[3] == ("| 256 | `additive` | unfinished (max_time): 205 of 2,229 steps | 400 (0.020×) | 17.5 | "
+                        "10.8 h (extrapolated) | 1900 |")
+    assert lines[4] == "| 512 | `scaled_dot` | 0.8700 | 15,000 (1.000×) | 0.9 | finished | 1600 |"
+
+
+def test_a_report_with_another_varying_setting_is_refused():
+    rows = _rows(COMPARE_CSV)
+    rows.append(dict(rows[0], **{"trainer.max_epochs": "5"}))  # sst2 scaled_dot twice: the table would hide it
+    with pytest.raises(ValueError, match="two rows for data=sst2, attention=scaled_dot: another setting varies "
+                                         r"\(trainer.max_epochs"):
+        tables.render_compare(rows)
+    with pytest.raises(ValueError, match="report.csv has no 'model.head_dim' column"):
+        tables.render_head_dim_sweep(rows)
+
+
+def test_a_stage_csv_renders_through_the_markers(tmp_path):
+    """The path scripts/reproduce.py writes (docs/results/cpu/<stage>.csv) has a renderer; --check holds its table."""
+    source = "docs/results/cpu/compare.csv"
+    assert tables.RENDERERS[source] is tables.render_compare
+    assert tables.RENDERERS["docs/results/gpu/long_context.csv"] is tables.render_long_context
+    (tmp_path / "docs" / "results" / "cpu").mkdir(parents=True)
+    (tmp_path / source).write_text(COMPARE_CSV)
+    page = tmp_path / "README.md"
+    page.write_text(f"<!-- generated: {source} -->\n| stale |\n<!-- end generated -->\n")
+    assert tables.main(["--check", "--root", str(tmp_path)]) == 1
+    assert tables.main(["--root", str(tmp_path)]) == 0
+    assert tables.render_compare(_rows(COMPARE_CSV)) in page.read_text()
+    assert tables.main(["--check", "--root", str(tmp_path)]) == 0

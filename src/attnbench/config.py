@@ -21,6 +21,7 @@ with Hydra's compose API imports it first (``import attnbench.config``), as ``te
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -151,6 +152,21 @@ def _positive_int(value: Any) -> bool:
     return _integer(value) and value >= 1
 
 
+_DURATION_UNITS = ("days", "hours", "minutes", "seconds")
+
+
+def _duration(value: Any) -> bool:
+    """``trainer.max_time``: null, ``"DD:HH:MM:SS"`` (Lightning's ``Timer`` format) or a mapping of
+    days/hours/minutes/seconds (``{minutes: 50}``) that adds up to more than 0 seconds."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip())
+        return bool(match) and any(int(part) for part in match.groups())
+    return (isinstance(value, dict) and bool(value) and set(value) <= set(_DURATION_UNITS)
+            and all(_number(v) and v >= 0 for v in value.values()) and any(v > 0 for v in value.values()))
+
+
 # key -> (what it must be, check). The one place of the allowed ranges; the messages read
 # "<key> must be <what>, got <value>".
 RANGES: dict[str, tuple[str, Any]] = {
@@ -161,6 +177,8 @@ RANGES: dict[str, tuple[str, Any]] = {
     "model.d_ff": ("an integer", _integer),
     "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps),
     "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps),
+    "trainer.max_time": ("null, a duration 'DD:HH:MM:SS' > 0 or a mapping of days/hours/minutes/seconds, "
+                         "e.g. {minutes: 50}", _duration),
     "optim.lr": ("a number > 0", lambda v: _number(v) and v > 0),
     "optim.weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
     "optim.betas": ("two numbers in [0, 1), e.g. [0.9, 0.98]", _betas),

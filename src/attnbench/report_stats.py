@@ -52,7 +52,14 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     both variants finished, vs the same setting with ``attention=baseline``),
     ``train_tok_s``, ``test_tok_s`` (tokens/s), ``train_steps_s`` (steps/s),
     ``peak_mem_mb`` (MiB), ``params``, and ``entropy_norm``, ``saturated_frac``,
-    ``max_score`` when logged.
+    ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / mean ``train_steps_s``).
+
+    Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
+    ``trainer.max_time``) are left out of the accuracy statistics and of the pairing (their accuracy is not a
+    final one) but counted in the cost columns, and add ``n_stopped`` (such runs), ``steps_done`` and
+    ``steps_planned`` (their means) and ``extrapolated_sec``: the time the whole budget would take at their
+    measured rate, mean over them of ``train/steps_planned / train/steps_per_sec`` (training steps only;
+    validation and test not counted). ``n_stopped`` is 0 and the other three NaN where no run stopped.
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     replicates = [k for k in REPLICATE_KEYS if k in jobs]  # what pairs a run with its baseline run
@@ -64,19 +71,23 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     if "_batch_size" in done and "train/samples_per_sec" in done:
         derived = done["train/samples_per_sec"] / pd.to_numeric(done["_batch_size"], errors="coerce")
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
+    stopped = _stopped(done)
+    complete = done[~stopped]  # what accuracy and the paired differences are computed from
     setting_keys = [k for k in variant_keys if k != "attention"]
     rows = []
     groups = done.groupby(variant_keys, sort=False, dropna=False) if variant_keys else [((), done)]
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         row: dict[str, Any] = dict(zip(variant_keys, key))
-        row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(group[ACC])
+        halted = group[stopped[group.index]]
+        group_complete = group[~stopped[group.index]]
+        row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(group_complete[ACC])
         row["diff_mean"] = row["diff_ci"] = row["diff_n"] = math.nan
         if "attention" in variant_keys and replicates:
-            base = done[done["attention"] == baseline]
+            base = complete[complete["attention"] == baseline]
             for k in setting_keys:
                 base = base[base[k] == row[k]]
-            paired = group.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
+            paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
         for column, metric, scale in (
@@ -87,8 +98,26 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         ):
             if metric in group:
                 row[column] = pd.to_numeric(group[metric], errors="coerce").mean() * scale
+        rate = pd.to_numeric(group["train/steps_per_sec"], errors="coerce").mean()
+        row["sec_per_step"] = 1.0 / rate if rate > 0 else math.nan
+        row["n_stopped"] = len(halted)
+        row["steps_done"] = row["steps_planned"] = row["extrapolated_sec"] = math.nan
+        if len(halted):
+            missing = pd.Series(math.nan, index=halted.index)
+            numbers = {k: pd.to_numeric(halted.get(k, missing), errors="coerce")
+                       for k in ("train/steps_done", "train/steps_planned", "train/steps_per_sec")}
+            row["steps_done"] = numbers["train/steps_done"].mean()
+            row["steps_planned"] = numbers["train/steps_planned"].mean()
+            row["extrapolated_sec"] = (numbers["train/steps_planned"] / numbers["train/steps_per_sec"]).mean()
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _stopped(jobs: pd.DataFrame) -> pd.Series:
+    """Which jobs a wall-time cap stopped before their budget: ``stopped_by`` (``metrics.json``) set."""
+    if "stopped_by" not in jobs:
+        return pd.Series(False, index=jobs.index)
+    return jobs["stopped_by"].map(lambda v: isinstance(v, str) and v != "")
 
 
 # --------------------------------------------------------------------------- the settings of a set of runs

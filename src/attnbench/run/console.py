@@ -62,9 +62,16 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
 
     Args:
         summary: the run summary (metric key -> float), as written to ``metrics.json``.
-        info: ``run_name``, ``output_dir`` and, when W&B ran, ``wandb_run_dir`` and ``wandb_mode``.
+        info: ``run_name``, ``output_dir``, ``stopped_by`` (``"max_time"`` when ``trainer.max_time`` ended the
+            fit early: the title says so, with ``train/steps_done`` of ``train/steps_planned``) and, when W&B
+            ran, ``wandb_run_dir`` and ``wandb_mode``.
     """
-    lines = [f"attnbench · {info['run_name']} · done"]
+    state = "done"
+    if info.get("stopped_by"):  # the wall-time cap ended the fit early: its test/acc is not a final figure
+        done, planned = summary.get("train/steps_done"), summary.get("train/steps_planned")
+        steps = f" after {done:,.0f} of {planned:,.0f} steps" if done is not None and planned is not None else ""
+        state = f"stopped by trainer.{info['stopped_by']}{steps} (not trained to its budget)"
+    lines = [f"attnbench · {info['run_name']} · {state}"]
     width = max(len(label) for label, _, _ in HEADLINE)
     for label, key, kind in HEADLINE:
         lines.append(f"  {label:<{width}}  {_format(summary.get(key), kind)}")

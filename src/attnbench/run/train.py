@@ -240,12 +240,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with failures.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
+        steps = steps_done_and_planned(trainer)  # whole-run figures: in metrics.json and the loggers' last row
+        stopped_by = stop_reason(trainer)
+        if stopped_by:
+            log.warning("Stopped by trainer.%s after %d of %s planned training steps: the test below measures an "
+                        "unfinished run (metrics.json: stopped_by=%s; scripts/report.py shows its time per step and "
+                        "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
+                        trainer.global_step, _planned_text(steps), stopped_by)
         ckpt_cb = trainer.checkpoint_callback
         best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
         test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
-    summary: dict[str, Any] = {**fit_metrics, **test_metrics}
+    summary: dict[str, Any] = {**fit_metrics, **test_metrics, **steps}
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
@@ -253,6 +260,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with failures.translating(wandb_logger):
         log_whole_run(trainer, whole_run)
     info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
+    info["stopped_by"] = stopped_by
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
     if wandb_logger is not None:
@@ -265,6 +273,41 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
     return summary
+
+
+def steps_done_and_planned(trainer: pl.Trainer) -> dict[str, float]:
+    """``train/steps_done`` (optimizer steps taken, ``trainer.global_step``) and ``train/steps_planned`` (the
+    budget: ``trainer.estimated_stepping_batches``, i.e. ``max_steps``, or ``max_epochs`` x batches per epoch,
+    whichever ends first); the planned count is left out when the budget has no end (both -1)."""
+    figures = {"train/steps_done": float(trainer.global_step)}
+    try:
+        planned = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - a loader without a length: no planned count to report
+        return figures
+    if planned != float("inf"):
+        figures["train/steps_planned"] = planned
+    return figures
+
+
+def stop_reason(trainer: pl.Trainer) -> str | None:
+    """``"max_time"`` when Lightning's ``Timer`` (``trainer.max_time``) ended the fit before its step budget
+    (``trainer.global_step < trainer.estimated_stepping_batches``), else ``None`` (the budget ran out first)."""
+    from pytorch_lightning.callbacks import Timer
+
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    remaining = timer.time_remaining() if timer is not None else None
+    if remaining is None or remaining > 0:
+        return None
+    try:
+        planned = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - no length: the timer is what stopped an endless budget
+        planned = float("inf")
+    return "max_time" if trainer.global_step < planned else None
+
+
+def _planned_text(figures: dict[str, float]) -> str:
+    planned = figures.get("train/steps_planned")
+    return f"{planned:,.0f}" if planned is not None else "unlimited"
 
 
 def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt_path: str | None,

@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""The GPU check of issue 15, in under 15 minutes on one GPU: the main job in bf16, the attention benchmark up to
+n = 4096 and a short compare, each part under its own timeout, so that one failure does not lose the others.
+
+    python scripts/gpu_check.py --dry-run            # the plan: each part's command, timeout and expected time
+    python scripts/gpu_check.py                      # run it (on the GPU machine); results in $OUT or --out
+    python scripts/gpu_check.py --parts bench         # one part (env always runs first)
+
+Parts, in order (expected / timeout on an H200; expected figures are estimates, not yet measured):
+
+- ``env``: nvidia-smi, the torch/CUDA versions, and the Python packages the run needs. A machine without network
+  (the project's lent H200) lacks hydra-core, omegaconf, antlr4, datasets and wandb; with ``--wheels DIR`` (wheels
+  prepared on a machine with a registry, see docs/results.md: GPU) they are installed into ``<work>/site`` with
+  ``pip --no-index`` and put on ``PYTHONPATH``, beside the machine's own CUDA torch.
+- ``main_bf16``: the main job (``python train.py``: SST-2, model=small, 3 epochs) with ``trainer=gpu``
+  (``trainer.precision=bf16-mixed``), CSV logger; its ``metrics.json``.
+- ``bench``: ``scripts/bench_attention.py --device cuda --dtype bfloat16`` at n = 64 ... 4096 (d = 64) and
+  d = 16 ... 256 (n = 1024), B = 4, H = 4, every score function, fast and naive paths, fwd and fwd+bwd.
+- ``compare``: ``experiment=compare`` with one seed and ``trainer.max_steps`` (default 200) on SST-2 and TREC
+  (14 jobs), then ``scripts/report.py`` on it.
+
+Writes into ``--out`` (default: ``$OUT`` when set, else ``outputs/gpu_check/<time>``) at most 8 files, one folder
+deep (the device tool brings back 8): ``gpu_check.json`` (each part's command, exit status, wall time, and the
+headline figures), ``gpu_check.log`` (every part's output), ``main_bf16_metrics.json``, ``bench_results.csv``,
+``bench_time_vs_n.png``, ``compare_report.md``, ``compare_report.csv``. Runs and caches stay in ``--work``.
+Exit status 0 when every part succeeded, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# packages attnbench needs that the lent H200's image lacks (docs/results.md: GPU; /work/.library KINDS.md)
+# 15 minutes of device time per task, of which a machine's start and the transfers take about 2
+BUDGET_S = 780
+NEEDED_MODULES = ("torch", "pytorch_lightning", "hydra", "omegaconf", "datasets", "tokenizers", "torchmetrics",
+                  "rich", "matplotlib", "pandas", "scipy", "wandb")
+
+
+@dataclasses.dataclass
+class Part:
+    """One part of the check: its command, its timeout and expected wall time (seconds)."""
+
+    name: str
+    command: list[str]
+    timeout_s: int
+    expected_s: int
+    what: str
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the result files go (default: $OUT, else outputs/gpu_check/<time>)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/attnbench_gpu_check"),
+                        help="runs, caches and installed wheels")
+    parser.add_argument("--parts", default="main_bf16,bench,compare",
+                        help="comma-separated subset of main_bf16, bench, compare (env always runs)")
+    parser.add_argument("--python", default=sys.executable, help="the Python that runs the parts")
+    parser.add_argument("--wheels", type=Path, default=None,
+                        help="a folder of wheels for the missing packages (pip --no-index); default: .whl if present")
+    parser.add_argument("--compare-steps", type=int, default=200, help="trainer.max_steps of each compare job")
+    parser.add_argument("--max-n", type=int, default=4096, help="the benchmark's longest sequence")
+    parser.add_argument("--budget-s", type=int, default=BUDGET_S,
+                        help="wall-time budget of the whole check: a part's timeout is cut to what is left of it")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (commands, timeouts) and exit")
+    args = parser.parse_args(argv)
+    args.parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(args.parts) - {"main_bf16", "bench", "compare"})
+    if unknown:
+        parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; choose from main_bf16, bench, compare")
+    if args.compare_steps < 1:
+        parser.error(f"--compare-steps must be >= 1, got {args.compare_steps}")
+    if args.budget_s < 60:
+        parser.error(f"--budget-s must be >= 60, got {args.budget_s}")
+    if args.max_n < 64:
+        parser.error(f"--max-n must be >= 64, got {args.max_n}")
+    if args.out is None:
+        args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else \
+            Path("outputs/gpu_check") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    if args.wheels is None and (REPO_ROOT / ".whl").is_dir():
+        args.wheels = REPO_ROOT / ".whl"
+    return args
+
+
+def plan(args: argparse.Namespace) -> list[Part]:
+    """The parts to run, in order (``env`` first)."""
+    py, work = args.python, args.work
+    check = ("import importlib.util, torch; "
+             f"missing = [m for m in {NEEDED_MODULES!r} if importlib.util.find_spec(m) is None]; "
+             "print('missing packages:', missing or 'none'); "
+             "print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available()); "
+             "print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NO GPU')")
+    env_cmd = "nvidia-smi || true; "
+    if args.wheels is not None:
+        env_cmd += (f"{py} -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade "
+                    f"--target {work}/site {args.wheels}/*.whl; ")
+    env_cmd += f"{py} -c \"{check}\""
+    common = ["logger=csv", "trainer.enable_progress_bar=false"]
+    lengths = ",".join(str(n) for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= args.max_n)
+    parts = [Part("env", ["bash", "-c", env_cmd], 60, 20, "GPU, torch/CUDA, missing packages (installs --wheels)")]
+    if "main_bf16" in args.parts:
+        parts.append(Part("main_bf16", [py, "train.py", "trainer=gpu", "trainer.precision=bf16-mixed", *common,
+                                        f"hydra.run.dir={work}/main_bf16"], 200, 120,
+                          "the main job (SST-2, model=small, 3 epochs) in bf16"))
+    if "bench" in args.parts:
+        parts.append(Part("bench", [py, "scripts/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
+                                    "--lengths", lengths, "--min-run-time", "0.05", "--no-wandb",
+                                    "--out", f"{work}/bench"], 200, 120,
+                          f"one attention call per score function, n = 64 ... {args.max_n}, bf16"))
+    if "compare" in args.parts:
+        parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0",
+                                      f"trainer.max_steps={args.compare_steps}", "trainer.max_epochs=-1", *common,
+                                      "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 270, 180,
+                          f"7 score functions x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))
+        parts.append(Part("compare_report", [py, "scripts/report.py", f"{work}/compare", "--out",
+                                             f"{work}/compare_report", "--no-attention-maps"], 45, 15,
+                          "the compare report (table, Δ to scaled_dot)"))
+    return parts
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    """The parts' environment: the wheels' folder and src/ on PYTHONPATH, offline data and W&B, caches in work."""
+    env = dict(os.environ)
+    paths = [str(args.work / "site")] if args.wheels is not None else []
+    paths += [str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")]
+    env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), WANDB_MODE="offline", HF_HUB_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", ATTNBENCH_CACHE_DIR=str(args.work / "cache"), PYTHONUNBUFFERED="1",
+               MPLBACKEND="Agg")
+    return env
+
+
+def _human(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def run_part(part: Part, env: dict[str, str], log, left_s: float) -> dict:
+    """Run ``part`` under its timeout, cut to ``left_s`` (what is left of the whole budget); its output goes to
+    ``log``. Returns its record (command, status, exit code, wall time)."""
+    timeout = max(1, int(min(part.timeout_s, left_s)))
+    log.write(f"\n===== {part.name}: {' '.join(part.command)}\n")
+    log.flush()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(part.command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              timeout=timeout, check=False)
+        rc, status = proc.returncode, "ok" if proc.returncode == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        rc, status = None, "timeout"
+    except OSError as err:
+        rc, status = None, f"could not start: {err}"
+    wall = time.perf_counter() - start
+    log.write(f"===== {part.name}: {status} after {wall:.1f} s (timeout {timeout} s)\n")
+    log.flush()
+    return {"command": part.command, "status": status, "returncode": rc, "wall_s": round(wall, 1),
+            "timeout_s": timeout, "expected_s": part.expected_s}
+
+
+def collect(args: argparse.Namespace, record: dict) -> None:
+    """Copy the result files into ``--out`` (flat: the device tool brings back 8 files, one folder deep) and
+    add the headline figures to ``record``."""
+    work, out = args.work, args.out
+    copies = {work / "main_bf16" / "metrics.json": "main_bf16_metrics.json",
+              work / "bench" / "results.csv": "bench_results.csv",
+              work / "bench" / "time_vs_n.png": "bench_time_vs_n.png",
+              work / "compare_report" / "report.md": "compare_report.md",
+              work / "compare_report" / "report.csv": "compare_report.csv"}
+    for source, name in copies.items():
+        if source.is_file():
+            shutil.copyfile(source, out / name)
+    metrics = work / "main_bf16" / "metrics.json"
+    if metrics.is_file():
+        data = json.loads(metrics.read_text())
+        record["main_bf16"] = {k: data.get(k) for k in ("test/acc", "val/acc_best", "train/tokens_per_sec",
+                                                         "test/tokens_per_sec", "perf/peak_mem_bytes",
+                                                         "time/total_sec")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    parts = plan(args)
+    expected = sum(p.expected_s for p in parts)
+    worst = min(sum(p.timeout_s for p in parts), args.budget_s)
+    print(f"GPU check: {len(parts)} parts, expected about {_human(expected)} (estimated, not yet measured on a GPU; "
+          f"at most {_human(worst)}: the timeouts, within --budget-s); results in {args.out}", flush=True)
+    for p in parts:
+        print(f"  {p.name:<15} expected {_human(p.expected_s):>8}, timeout {_human(p.timeout_s):>8}: {p.what}\n"
+              f"  {'':<15} $ {' '.join(p.command)}", flush=True)
+    if args.dry_run:
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    env = environment(args)
+    record: dict = {"started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "expected_s": expected, "parts": {}}
+    start = time.perf_counter()
+    with open(args.out / "gpu_check.log", "w") as log:
+        for part in parts:
+            left = args.budget_s - (time.perf_counter() - start)
+            if left < 5:
+                record["parts"][part.name] = {"command": part.command, "status": "skipped: budget spent",
+                                              "returncode": None, "wall_s": 0.0, "timeout_s": 0,
+                                              "expected_s": part.expected_s}
+                print(f"{part.name}: skipped, --budget-s spent", flush=True)
+                continue
+            record["parts"][part.name] = result = run_part(part, env, log, left)
+            print(f"{part.name}: {result['status']} in {result['wall_s']} s", flush=True)
+            collect(args, record)
+            (args.out / "gpu_check.json").write_text(json.dumps(record, indent=2))  # after every part
+    record["total_s"] = round(sum(r["wall_s"] for r in record["parts"].values()), 1)
+    (args.out / "gpu_check.json").write_text(json.dumps(record, indent=2))
+    failed = [name for name, r in record["parts"].items() if r["status"] != "ok"]
+    print(f"GPU check done in {_human(record['total_s'])}; " + (f"failed: {', '.join(failed)}" if failed else
+                                                                 "every part succeeded"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""scripts/gpu_check.py's plan, checked on a CPU (it has not run on a GPU yet: no GPU was lent)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from attnbench.config import check_run_config
+
+from .conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(_spec)
+sys.modules["gpu_check"] = gpu_check  # its dataclass looks its module up
+_spec.loader.exec_module(gpu_check)
+
+
+def test_dry_run_prints_the_expected_duration_and_every_command(tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--dry-run", "--out", str(tmp_path / "o")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("GPU check: 5 parts, expected about 7.6 min") and "at most 12.9 min" in first
+    assert "trainer=gpu trainer.precision=bf16-mixed" in proc.stdout
+    assert "--device cuda --dtype bfloat16 --lengths 64,128,256,512,1024,2048,4096 " in proc.stdout
+    assert "experiment=compare seed=0 trainer.max_steps=200 trainer.max_epochs=-1" in proc.stdout
+    assert not (tmp_path / "o").exists()  # a dry run writes nothing
+
+
+def test_the_plan_fits_the_device_budget():
+    """The timeouts add up to less than the 15 minutes of device time, with 2 minutes for the machine's start."""
+    parts = gpu_check.plan(gpu_check.parse_args(["--out", "x"]))
+    assert [p.name for p in parts] == ["env", "main_bf16", "bench", "compare", "compare_report"]
+    assert sum(p.timeout_s for p in parts) <= gpu_check.BUDGET_S <= 13 * 60
+    assert all(p.expected_s < p.timeout_s for p in parts)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--parts", "main,bench"], "--parts: unknown part(s) main; choose from main_bf16, bench, compare"),
+    (["--compare-steps", "0"], "--compare-steps must be >= 1, got 0"),
+    (["--budget-s", "10"], "--budget-s must be >= 60, got 10"),
+])
+def test_bad_arguments_are_one_message(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_out_defaults_to_the_device_tools_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert gpu_check.parse_args([]).out == tmp_path
+    assert [p.name for p in gpu_check.plan(gpu_check.parse_args(["--parts", "bench"]))] == ["env", "bench"]
+
+
+def test_the_training_parts_compose_and_pass_the_config_checks():
+    """The Hydra overrides of main_bf16 and compare name existing keys and pass the range checks."""
+    parts = {p.name: p for p in gpu_check.plan(gpu_check.parse_args(["--out", "x"]))}
+    for name in ("main_bf16", "compare"):
+        overrides = [a for a in parts[name].command[2:] if "=" in a and not a.startswith(("hydra.", "~"))]
+        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+            cfg = compose("train", overrides=[*overrides, "data=trec"])
+        check_run_config(cfg)
+        assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.trainer.max_steps == 200 and cfg.seed == 0

@@ -1,0 +1,120 @@
+"""trainer.max_time: a per-job wall-time cap; a run it stops says so, and the report does not pass its accuracy
+off as a final one (it shows the measured seconds per step and the extrapolated time of the whole budget)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from attnbench.errors import ConfigError
+from attnbench.report_stats import ACC, STATUS_OK, summarise
+from attnbench.run.console import format_summary, human_seconds
+from attnbench.run.train import check_config
+
+from .conftest import REPO_ROOT
+from .test_faults import compose_cfg, run_in_process, toy  # noqa: F401 - toy is a fixture
+
+_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+TOY_TRAIN_BATCHES = 22  # the toy data's training split after the validation carve: 176 rows in batches of 8
+
+
+@pytest.mark.parametrize("value", ["00:00:00:00", "5min", "{hours:-1}", "{minute:5}", "{}", "0"])
+def test_bad_max_time_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError) as err:
+        check_config(compose_cfg([f"trainer.max_time={value}"]))
+    assert str(err.value).startswith("trainer.max_time must be null, a duration 'DD:HH:MM:SS' > 0 or a mapping")
+
+
+@pytest.mark.parametrize("value", ["null", "00:00:50:00", "01:00:00:00", "{minutes:50}", "{hours:1,seconds:0.5}"])
+def test_good_max_time_passes(value):
+    check_config(compose_cfg([f"trainer.max_time={value}"]))
+
+
+def test_a_run_the_cap_stops_says_so_and_the_report_extrapolates(toy, tmp_path, capsys):  # noqa: F811
+    """10,000 epochs of 22 steps planned, 2 seconds allowed: the Timer stops the fit, metrics.json records
+    stopped_by=max_time with the steps done and planned, and the report gives s/step and the extrapolated time
+    instead of an accuracy."""
+    out = tmp_path / "stopped"
+    run_in_process(toy, out, "trainer.max_epochs=10000", "trainer.max_time={seconds:2}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_by"] == "max_time"
+    assert metrics["train/steps_planned"] == 10000 * TOY_TRAIN_BATCHES
+    assert 1 <= metrics["train/steps_done"] < metrics["train/steps_planned"]
+    logged = pd.read_csv(out / "csv" / "metrics.csv")
+    assert metrics["train/steps_done"] == logged["step"].max()  # the whole-run row sits at the last step
+    assert "stopped by trainer.max_time after" in capsys.readouterr().out
+
+    report_dir = tmp_path / "report"
+    assert report.main([str(out), "--out", str(report_dir), "--no-attention-maps"]) == 0
+    table = pd.read_csv(report_dir / "report.csv")
+    rate = metrics["train/steps_per_sec"]
+    assert table.loc[0, "n"] == 0 and table.loc[0, "n_stopped"] == 1 and math.isnan(table.loc[0, "acc_mean"])
+    assert table.loc[0, "steps_done"] == metrics["train/steps_done"]
+    assert table.loc[0, "extrapolated_sec"] == pytest.approx(220_000 / rate, rel=1e-9)
+    assert table.loc[0, "sec_per_step"] == pytest.approx(1 / rate, rel=1e-9)
+    markdown = (report_dir / "report.md").read_text()
+    assert "Jobs: 1 — 1 finished (1 of them stopped by trainer.max_time: unfinished), 0 failed" in markdown
+    main_row = next(line for line in markdown.splitlines() if line.startswith("| 0 | unfinished"))
+    steps = f"{metrics['train/steps_done']:,.0f}"
+    assert f"unfinished: stopped by max_time at {steps} of 220,000 steps (1 seed)" in main_row
+    assert f"{metrics[ACC]:.4f}" not in main_row  # no accuracy that reads as final
+    assert f"{human_seconds(220_000 / rate)} (unfinished)" in main_row
+    stopped_row = next(line for line in markdown.split("(unfinished)\n", 1)[1].splitlines()
+                       if line.startswith("| stopped |"))
+    assert f"| trainer.max_time | {steps} / 220,000 | {1 / rate:.3g} |" in stopped_row
+    assert f"| {human_seconds(220_000 / rate)} | {metrics[ACC]:.4f} (unfinished) |" in stopped_row
+
+
+def test_a_run_within_its_cap_is_not_marked(toy, tmp_path):  # noqa: F811
+    out = tmp_path / "finished"
+    run_in_process(toy, out, "trainer.max_steps=5", "trainer.max_time={minutes:10}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_by"] is None
+    assert metrics["train/steps_done"] == metrics["train/steps_planned"] == 5
+
+
+def _job(attention: str, seed: int, acc: float, stopped: bool = False) -> dict:
+    job = {"attention": attention, "seed": seed, ACC: acc, "status": STATUS_OK, "train/steps_per_sec": 4.0,
+           "stopped_by": "max_time" if stopped else None}
+    if stopped:
+        job.update({"train/steps_done": 100.0, "train/steps_planned": 1000.0})
+    return job
+
+
+def test_summarise_leaves_stopped_runs_out_of_accuracy_and_pairing():
+    jobs = pd.DataFrame([
+        _job("scaled_dot", 0, 0.80), _job("scaled_dot", 1, 0.84), _job("scaled_dot", 2, 0.50, stopped=True),
+        _job("additive", 0, 0.70), _job("additive", 1, 0.60, stopped=True), _job("additive", 2, 0.90),
+        _job("l2", 0, 0.55, stopped=True),
+    ])
+    jobs.loc[6, "train/steps_per_sec"] = 0.5  # l2 runs at 2 s per step
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    assert table.loc["scaled_dot", "acc_mean"] == pytest.approx(0.82)  # (0.80 + 0.84) / 2, not the stopped 0.50
+    assert table.loc["scaled_dot", "n"] == 2 and table.loc["scaled_dot", "n_stopped"] == 1
+    # additive: seeds 0 and 2 finished, but scaled_dot's seed 2 stopped: only seed 0 pairs (0.70 - 0.80)
+    assert table.loc["additive", "acc_mean"] == pytest.approx(0.80)
+    assert table.loc["additive", "diff_mean"] == pytest.approx(-0.10) and table.loc["additive", "diff_n"] == 1
+    # l2 never finished: no accuracy; 100 of 1,000 steps at 0.5 steps/s -> 2 s per step, 1,000 / 0.5 = 2,000 s
+    assert table.loc["l2", "n"] == 0 and math.isnan(table.loc["l2", "acc_mean"])
+    assert table.loc["l2", "steps_done"] == 100 and table.loc["l2", "steps_planned"] == 1000
+    assert table.loc["l2", "sec_per_step"] == pytest.approx(2.0)
+    assert table.loc["l2", "extrapolated_sec"] == pytest.approx(2000.0)
+    assert table.loc["scaled_dot", "extrapolated_sec"] == pytest.approx(250.0)  # 1,000 / 4.0
+    # a table without stopped runs: n_stopped 0, the three stop columns NaN
+    plain = summarise(jobs[jobs["stopped_by"].isna()], ["attention", "seed"])
+    assert (plain["n_stopped"] == 0).all() and plain["extrapolated_sec"].isna().all()
+
+
+def test_console_title_names_the_stop():
+    summary = {"train/steps_done": 120.0, "train/steps_planned": 4700.0}
+    title = format_summary(summary, {"run_name": "r", "output_dir": "/o", "stopped_by": "max_time"}).splitlines()[0]
+    assert title == "attnbench · r · stopped by trainer.max_time after 120 of 4,700 steps (not trained to its budget)"
+    assert format_summary(summary, {"run_name": "r", "output_dir": "/o", "stopped_by": None}).startswith(
+        "attnbench · r · done\n")

@@ -170,6 +170,10 @@ MAPPED: dict[str, list[str]] = {
     "python scripts/bench_train.py": ["tests/test_bench_throughput.py::test_useful_flops_count_each_example_at_its_own_length",
                                       "tests/test_bench_throughput.py::test_gemm_peak_is_a_rate"],
     "python scripts/bench_short_attention.py": ["tests/test_bench_throughput.py::test_short_attention_ratios"],
+    # the one command behind the Results: plan, skip, resume, failures, reports
+    "python scripts/reproduce.py": ["tests/test_reproduce.py::test_the_plan_is_the_experiments_grid_in_sweep_order",
+                                    "tests/test_reproduce.py::test_runs_skips_resumes_reports_and_records",
+                                    "tests/test_reproduce.py::test_a_failed_job_is_recorded_and_the_others_still_run"],
     # mutation testing: the tests it runs per mutant (its flags are mutmut's: test_script_flags_are_in_its_help)
     "scripts/mutation.sh": ["tests/mutation/test_report_stats.py::test_mean_ci_two_values_by_hand"],
 }

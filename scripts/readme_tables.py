@@ -290,6 +290,20 @@ RENDERERS: dict[str, Callable[[Any], str]] = {
     "docs/results/batching_accuracy_sst2.json": render_batching_accuracy,
 }
 #: the experiments' report tables, by stage (scripts/reproduce.py's names), for each device's folder
+def render_train_throughput(data: dict) -> str:
+    """``bench_train.py --attention ... --json`` (the ``cost`` stage of scripts/reproduce.py): per score function
+    the best training tokens/s of the interleaved runs, every run, and the best as a multiple of the first
+    score function's (the reference; ``scaled_dot`` in reproduce.py)."""
+    result = data["result"]
+    names = list(result["best"])
+    ref = result["best"][names[0]]
+    lines = [f"| attention | train tokens/s (best of {result['repeats']}) | runs | × {names[0]} |", "|---|---|---|---|"]
+    for name in names:
+        runs = ", ".join(f"{x:,.0f}" for x in result["runs"][name])
+        lines.append(f"| `{name}` | {result['best'][name]:,.0f} | {runs} | {result['best'][name] / ref:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
@@ -297,6 +311,7 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 }
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
+RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
 
 
 def markdown_files(root: Path = REPO_ROOT) -> list[Path]:

@@ -373,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
             if stage in TRAIN_STAGES:
                 report(stage, out, args.device, args.publish)
         if args.publish:
+            throughput = out / "cost" / "train_throughput.json"
+            if "cost" in stages and throughput.is_file():
+                pub = REPO_ROOT / "docs" / "results" / args.device
+                pub.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(throughput, pub / "train_throughput.json")
             subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "readme_tables.py")], cwd=REPO_ROOT)
     print(f"finished in {fmt_duration(time.monotonic() - started)}; {len(failed)} failed")
     return 1 if failed else 0

@@ -169,3 +169,14 @@ def test_a_stage_csv_renders_through_the_markers(tmp_path):
     assert tables.main(["--root", str(tmp_path)]) == 0
     assert tables.render_compare(_rows(COMPARE_CSV)) in page.read_text()
     assert tables.main(["--check", "--root", str(tmp_path)]) == 0
+
+
+def test_train_throughput_table_from_bench_train_json():
+    """The cost stage's side-by-side training tokens/s (bench_train.py --attention --json): best of the runs,
+    every run, and the ratio to the first score function, computed here by hand."""
+    data = {"meta": {"threads": 1}, "result": {"repeats": 2, "best": {"scaled_dot": 6000.0, "additive": 1500.0},
+                                               "runs": {"scaled_dot": [5000.0, 6000.0], "additive": [1500.0, 1400.0]}}}
+    table = tables.render_train_throughput(data)
+    assert "| `scaled_dot` | 6,000 | 5,000, 6,000 | 1.00 |" in table
+    assert "| `additive` | 1,500 | 1,500, 1,400 | 0.25 |" in table  # 1500 / 6000
+    assert tables.RENDERERS["docs/results/cpu/train_throughput.json"] is tables.render_train_throughput

@@ -134,3 +134,22 @@ def test_head_dim_and_length_plots(tmp_path):
     markdown = report.build_report(jobs, swept, str(root), tmp_path / "out")
     assert "![head_dim.png](head_dim.png)" in markdown
     assert (tmp_path / "out" / "head_dim.png").stat().st_size > 10_000
+
+
+def test_a_setting_some_runs_lack_still_pairs():
+    """Runs from before a config key existed (trainer.max_time added later) have NaN in its column; the paired Δ
+    must pair NaN with NaN. Before: `base[k] == NaN` matched no run and every Δ of those runs was '–'."""
+    rows = []
+    for seed, (sd, dot) in enumerate(((0.80, 0.78), (0.82, 0.79), (0.81, 0.80))):
+        for attention, acc in (("scaled_dot", sd), ("dot", dot)):
+            rows.append({"attention": attention, "seed": seed, "data": "sst2", "trainer.max_time": math.nan,
+                         "status": report.STATUS_OK, "test/acc": acc})
+        rows.append({"attention": "dot", "seed": seed, "data": "trec", "trainer.max_time": "null",
+                     "status": report.STATUS_OK, "test/acc": 0.5})  # no trec baseline: no Δ there
+    table = report.summarise(pd.DataFrame(rows), ["attention", "seed", "data", "trainer.max_time"])
+    sst2_dot = table[(table["attention"] == "dot") & (table["data"] == "sst2")].iloc[0]
+    diffs = [0.78 - 0.80, 0.79 - 0.82, 0.80 - 0.81]
+    assert sst2_dot.diff_n == 3
+    assert sst2_dot.diff_mean == pytest.approx(sum(diffs) / 3)
+    trec_dot = table[(table["attention"] == "dot") & (table["data"] == "trec")].iloc[0]
+    assert math.isnan(trec_dot.diff_mean)

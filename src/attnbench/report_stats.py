@@ -85,8 +85,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row["diff_mean"] = row["diff_ci"] = row["diff_n"] = math.nan
         if "attention" in variant_keys and replicates:
             base = complete[complete["attention"] == baseline]
-            for k in setting_keys:
-                base = base[base[k] == row[k]]
+            for k in setting_keys:  # a key some runs lack (added to the config later) is NaN: NaN pairs with NaN
+                base = base[base[k].isna()] if pd.isna(row[k]) else base[base[k] == row[k]]
             paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])

@@ -92,7 +92,14 @@ def test_defaults_are_the_configured_interval_and_probe_and_a_64_mib_block():
     assert (cb.every_n_steps, cb.probe_size) == (conf["every_n_steps"], conf["probe_size"]) == (100, 32)
     assert cb.block_bytes == 67_108_864
     assert cb.summary == {} and cb._probe is None
-    assert attention_statistics.__defaults__ == (67_108_864,)
+    attn = MultiHeadAttention(d_model=4, n_heads=1, score="dot")
+    budgets = []
+    block_size = attn.score_fn.block_size
+    attn.score_fn.block_size = lambda *a, budget_bytes: budgets.append(budget_bytes) or block_size(
+        *a, budget_bytes=budget_bytes)
+    with torch.no_grad():
+        attention_statistics(attn, torch.randn(1, 3, 4), None)  # the function's own default budget
+    assert budgets == [67_108_864]
 
 
 def test_settings_are_cast_to_int_and_checked():

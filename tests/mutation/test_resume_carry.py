@@ -356,3 +356,18 @@ def test_new_callback_starts_empty():
     assert cb._resumed_from_step is None and cb._align_log_step is False and cb._callback_metrics is None
     assert rs.ResumeState(wandb_run={"id": "x"}).wandb_run == {"id": "x"}
     assert rs.CHECKPOINT_KEY == "attnbench"
+
+
+def test_load_checkpoint_looks_for_moved_files_next_to_the_resumed_checkpoint(tmp_path):
+    """on_load_checkpoint passes trainer.ckpt_path as the place a moved run's files are looked for."""
+    gone = tmp_path / "gone"
+    moved = tmp_path / "moved"
+    _write(moved / "e1.ckpt", "best")
+    _write(moved / "e0.ckpt", "second")
+    new = tmp_path / "new"
+    trainer = _fitting_trainer([_callback(new)], str(moved / "last.ckpt"), tmp_path / "run")
+    checkpoint = {"callbacks": {KEY: _state(gone)}, "global_step": 2}
+    rs.ResumeState().on_load_checkpoint(trainer, None, checkpoint)
+    state = checkpoint["callbacks"][KEY]
+    assert state["best_model_path"] == str(new / "e1.ckpt") and (new / "e1.ckpt").read_text() == "best"
+    assert state["best_model_score"].item() == pytest.approx(0.8)

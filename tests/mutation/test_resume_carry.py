@@ -371,3 +371,27 @@ def test_load_checkpoint_looks_for_moved_files_next_to_the_resumed_checkpoint(tm
     state = checkpoint["callbacks"][KEY]
     assert state["best_model_path"] == str(new / "e1.ckpt") and (new / "e1.ckpt").read_text() == "best"
     assert state["best_model_score"].item() == pytest.approx(0.8)
+
+
+def test_cuda_rng_states_are_saved_when_cuda_was_used_and_restored_where_cuda_is(monkeypatch):
+    """torch.cuda faked (this machine has no GPU): the documented rule, save every device's state when CUDA is
+    available and initialised, restore it when the checkpoint has one and CUDA is available."""
+    fake = [torch.tensor([1, 2, 3], dtype=torch.uint8), torch.tensor([4], dtype=torch.uint8)]
+    restored = []
+    cuda = {"available": True, "initialized": True}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda["available"])
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda["initialized"])
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    states = rs.collect_rng_states()
+    assert states["cuda"] is fake
+    rs.set_rng_states(states)
+    assert restored == [fake]
+    cuda["initialized"] = False  # CUDA present but never used in this process: no state to save
+    assert "cuda" not in rs.collect_rng_states()
+    rs.set_rng_states({k: v for k, v in states.items() if k != "cuda"})  # a CPU run's checkpoint on a GPU machine
+    assert restored == [fake]
+    cuda.update(available=False, initialized=True)
+    assert "cuda" not in rs.collect_rng_states()
+    rs.set_rng_states(states)  # a GPU run's checkpoint on a CPU-only machine: the CPU states only
+    assert restored == [fake]

@@ -188,3 +188,16 @@ def test_containment_budget_falls_back_to_exact_units(monkeypatch):
     containers, cost = splits._containment(["one two three", "two three", "four five", "three"])
     assert containers == [[0], [0], [2], [0]]
     assert cost == (6 + 3 + 1) + (3 + 1)  # sum over starts a of (n-a)(n-a+1)/2 for the maximal units only
+
+
+def test_fold_assignment_places_a_mixed_group_by_its_majority_class():
+    """Two groups of 4 (one of class 1, one of class 0) take one fold each; a group of 3 with classes 1, 1, 0
+    (majority 1) then goes to the fold with the fewest class-1 rows: the one holding the class-0 group. Placing
+    it by its minority class (0) would send it to the other fold. Every seed (the equal-size order varies)."""
+    texts = ["a"] * 4 + ["b"] * 4 + ["g"] * 3
+    labels = [1] * 4 + [0] * 4 + [1, 1, 0]
+    for seed in range(6):
+        folds = fold_assignment(texts, labels, 2, seed)
+        assert len(set(folds[:4])) == 1 and len(set(folds[4:8])) == 1 and len(set(folds[8:])) == 1
+        assert folds[0] != folds[4]
+        assert folds[8] == folds[4]  # with the class-0 group

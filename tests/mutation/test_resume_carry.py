@@ -136,12 +136,68 @@ def test_carry_forgets_a_best_score_whose_file_is_nowhere(tmp_path):
     state = checkpoint["callbacks"][KEY]
     assert state == {"monitor": "val/acc", "dirpath": str(new), "best_k_models": {}, "best_model_path": "",
                      "best_model_score": None, "kth_best_model_path": "", "last_model_path": ""}
-    assert len(notes) == 1 and notes[0][0] == logging.WARNING
-    message = notes[0][1]
-    assert message.startswith(f"the best checkpoint so far ({gone / 'e1.ckpt'}, val/acc=0.8000) is not in {gone} "
-                              f"nor next to {source}: ")
-    assert "Copy that file next to the checkpoint you resume from" in message
+    assert notes == [(logging.WARNING,
+                      f"the best checkpoint so far ({gone / 'e1.ckpt'}, val/acc=0.8000) is not in {gone} nor next to "
+                      f"{source}: this run tests the best of the epochs it trains itself, which may differ from an "
+                      "uninterrupted run. Copy that file next to the checkpoint you resume from to keep it.")]
     assert not new.exists()  # nothing copied, no dir made
+
+
+def test_carry_forgets_a_missing_best_of_a_state_without_a_kth_value(tmp_path):
+    """A state saved before Lightning set kth_value (or by another version): forgetting the best still works."""
+    gone = tmp_path / "gone"
+    state = _state(gone)
+    del state["kth_value"]
+    checkpoint = {"callbacks": {KEY: state}}
+    notes = rs.carry_checkpoint_states(_trainer(_callback(tmp_path / "new")), checkpoint, None)
+    assert state["best_model_score"] is None and state["best_k_models"] == {} and "kth_value" not in state
+    assert [level for level, _ in notes] == [logging.WARNING]
+
+
+def test_carry_copies_every_top_k_file_not_only_the_best_and_kth(tmp_path):
+    """save_top_k = 3: the middle checkpoint is named only in best_k_models."""
+    old = tmp_path / "old"
+    for name in ("e0", "e1", "e2"):
+        _write(old / f"{name}.ckpt", name)
+    new = tmp_path / "new"
+    state = {"monitor": "val/acc", "dirpath": str(old),
+             "best_k_models": {str(old / "e2.ckpt"): 0.9, str(old / "e1.ckpt"): 0.8, str(old / "e0.ckpt"): 0.7},
+             "best_model_path": str(old / "e2.ckpt"), "best_model_score": 0.9,
+             "kth_best_model_path": str(old / "e0.ckpt"), "kth_value": 0.7, "last_model_path": ""}
+    checkpoint = {"callbacks": {KEY: state}}
+    rs.carry_checkpoint_states(_trainer(_callback(new)), checkpoint, None)
+    assert state["best_k_models"] == {str(new / "e2.ckpt"): 0.9, str(new / "e1.ckpt"): 0.8,
+                                      str(new / "e0.ckpt"): 0.7}
+    assert [(new / f"e{i}.ckpt").read_text() for i in range(3)] == ["e0", "e1", "e2"]
+
+
+def test_carry_copies_the_best_of_a_callback_without_a_monitor(tmp_path):
+    """monitor=None: Lightning sets best_model_path to the latest save and leaves best_k_models empty."""
+    old = tmp_path / "old"
+    _write(old / "epoch=3.ckpt", "latest")
+    new = tmp_path / "new"
+    state = {"monitor": None, "dirpath": str(old), "best_k_models": {}, "best_model_path": str(old / "epoch=3.ckpt"),
+             "best_model_score": None, "kth_best_model_path": "", "last_model_path": ""}
+    checkpoint = {"callbacks": {KEY: state}}
+    notes = rs.carry_checkpoint_states(_trainer(_callback(new)), checkpoint, None)
+    assert state["best_model_path"] == str(new / "epoch=3.ckpt") and (new / "epoch=3.ckpt").read_text() == "latest"
+    assert notes == [(logging.INFO, f"best checkpoint so far (None=None) carried from {old / 'epoch=3.ckpt'} to "
+                                    f"{new / 'epoch=3.ckpt'}")]
+
+
+def test_carry_skips_checkpoint_callbacks_without_a_dirpath_and_goes_on(tmp_path, old_run):
+    """A custom Checkpoint callback (no dirpath attribute) and one without a saved state come before the
+    ModelCheckpoint: both are skipped, the ModelCheckpoint is still carried."""
+    new = tmp_path / "new"
+    custom = SimpleNamespace(state_key=KEY)  # a Checkpoint subclass that keeps no files
+    unsaved = _callback(tmp_path / "x", key="ModelCheckpoint{'monitor': 'val/f1'}")
+    checkpoint = {"callbacks": {KEY: _state(old_run)}}
+    rs.carry_checkpoint_states(_trainer(custom, unsaved, _callback(new)), checkpoint, None)
+    assert _same_state(checkpoint["callbacks"][KEY], {**_state(old_run), "best_k_models": {
+        str(new / "e1.ckpt"): torch.tensor(0.8), str(new / "e0.ckpt"): torch.tensor(0.7)},
+        "best_model_path": str(new / "e1.ckpt"), "kth_best_model_path": str(new / "e0.ckpt"),
+        "last_model_path": "", "dirpath": str(new)})
+    assert not (tmp_path / "x").exists()
 
 
 def test_carry_keeps_the_best_when_only_the_kth_file_is_missing(tmp_path, old_run):

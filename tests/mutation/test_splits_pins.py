@@ -190,14 +190,28 @@ def test_containment_budget_falls_back_to_exact_units(monkeypatch):
     assert cost == (6 + 3 + 1) + (3 + 1)  # sum over starts a of (n-a)(n-a+1)/2 for the maximal units only
 
 
-def test_fold_assignment_places_a_mixed_group_by_its_majority_class():
-    """Two groups of 4 (one of class 1, one of class 0) take one fold each; a group of 3 with classes 1, 1, 0
-    (majority 1) then goes to the fold with the fewest class-1 rows: the one holding the class-0 group. Placing
-    it by its minority class (0) would send it to the other fold. Every seed (the equal-size order varies)."""
+@pytest.mark.parametrize("major, minor", [(1, 0), (0, 1)])
+def test_fold_assignment_places_a_mixed_group_by_its_majority_class(major, minor):
+    """Two groups of 4 (one of the major class, one of the minor) take one fold each; a group of 3 with classes
+    major, major, minor then goes to the fold with the fewest rows of its majority class: the one holding the
+    minor-class group. Placing it by its minority class (or by the largest or smallest label) would send it to
+    the other fold. Every seed (the equal-size order varies)."""
     texts = ["a"] * 4 + ["b"] * 4 + ["g"] * 3
-    labels = [1] * 4 + [0] * 4 + [1, 1, 0]
+    labels = [major] * 4 + [minor] * 4 + [major, major, minor]
     for seed in range(6):
         folds = fold_assignment(texts, labels, 2, seed)
         assert len(set(folds[:4])) == 1 and len(set(folds[4:8])) == 1 and len(set(folds[8:])) == 1
         assert folds[0] != folds[4]
         assert folds[8] == folds[4]  # with the class-0 group
+
+
+def test_fold_assignment_breaks_class_ties_by_the_rows_a_fold_already_holds():
+    """k = 2, groups by size: A (3 rows, class 0) to fold 0; B and C (2 rows of class 1 each) one per fold, so
+    fold 0 holds 5 rows and fold 1 holds 2; D (1 row, class 2, no fold has any) goes to the smaller fold, 1."""
+    texts = ["a"] * 3 + ["b"] * 2 + ["c"] * 2 + ["d"]
+    labels = [0] * 3 + [1] * 4 + [2]
+    for seed in range(6):
+        folds = fold_assignment(texts, labels, 2, seed)
+        assert folds[:3] == [0, 0, 0] and sorted([folds[3], folds[5]]) == [0, 1]
+        assert folds[3] == folds[4] and folds[5] == folds[6]
+        assert folds[7] == 1

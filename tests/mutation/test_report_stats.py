@@ -196,6 +196,10 @@ def test_format_setting_writes_values_as_hydra_override_strings():
         ["null", "null", "true", "false", "0.001", "1e-08", "64", "sst2"]
     assert format_setting([0.9, 0.98]) == "[0.9,0.98]" and format_setting({"a": 1}) == '{"a":1}'
     assert format_setting((1, 2)) == "[1,2]"
+    # an element JSON cannot encode (a path, a date in a list) is written as its text, not an error
+    from datetime import date
+    from pathlib import PurePosixPath
+    assert format_setting([PurePosixPath("/data/sst2"), date(2024, 5, 1), 3]) == '["/data/sst2","2024-05-01",3]'
 
 
 def test_flatten_config_dotted_keys():

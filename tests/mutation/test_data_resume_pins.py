@@ -230,6 +230,12 @@ def test_write_atomically_is_complete_or_absent(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["sst2-abc"]
 
 
+def test_write_atomically_makes_missing_parent_folders(tmp_path):
+    target = tmp_path / "a" / "b" / "c" / "sst2-abc"  # none of a/b/c exists yet
+    cache_mod.write_atomically(target, lambda folder: (folder / "meta.json").write_text("{}"))
+    assert (target / "meta.json").read_text() == "{}"
+
+
 def test_write_atomically_keeps_the_winner_of_a_race_and_refuses_an_incomplete_target(tmp_path):
     target = tmp_path / "sst2-abc"
     target.mkdir()

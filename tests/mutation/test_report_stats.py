@@ -216,7 +216,9 @@ def test_is_relevant_leaves_out_paths_loggers_and_names():
                 "data._target_", "attention._target_", "run_name", "_batch_size", "trainer.enable_progress_bar",
                 "callbacks.run_stats.warmup_steps"):
         assert not is_relevant(key), key
-    for key in ("data", "data.max_length", "data.local_dir_x", "loggerx", "seed", "trainer.max_steps", "optim.lr"):
+    # only a leaf both starting and ending with "_" is Hydra's (_target_); "lambda_" or "_scale" are settings
+    for key in ("data", "data.max_length", "data.local_dir_x", "loggerx", "seed", "trainer.max_steps", "optim.lr",
+                "optim.lambda_", "model._scale"):
         assert is_relevant(key), key
 
 
@@ -252,6 +254,12 @@ def test_headline_order_and_limit():
     assert headline(fixed) == "data=sst2, seed=0, trainer.max_steps=150, optim.lr=0.001"
     assert headline(fixed, limit=2) == "data=sst2, seed=0"
     assert headline({"model.d_ff": "256"}) == "nothing held fixed"
+    # all twelve headline keys fixed: a title shows the first ten (the default limit)
+    every = {k: str(i) for i, k in enumerate(("data", "model", "attention", "seed", "trainer.max_steps",
+                                               "trainer.max_epochs", "data.max_train_samples", "data.max_length",
+                                               "model.head_dim", "data.batch_size", "optim.lr",
+                                               "data.tokenizer.kind"))}
+    assert headline(every).split(", ") == [f"{k}={v}" for k, v in list(every.items())[:10]]
 
 
 def test_hydra_instantiation_keys_are_no_settings():

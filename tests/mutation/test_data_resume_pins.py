@@ -259,6 +259,26 @@ def test_write_atomically_keeps_the_winner_of_a_race_and_refuses_an_incomplete_t
     assert not cache_mod.is_complete(tmp_path / "missing")
 
 
+def test_write_atomically_cleanup_never_replaces_the_outcome(tmp_path):
+    """Removing our temporary folder is best effort: when it is already gone, the writer's own error still
+    propagates, and a cache another process completed is still used."""
+    import shutil
+
+    def fail_after_removing(folder):
+        shutil.rmtree(folder)
+        raise ValueError("the writer's error")
+
+    with pytest.raises(ValueError, match="the writer's error"):
+        cache_mod.write_atomically(tmp_path / "sst2-abc", fail_after_removing)
+    assert list(tmp_path.iterdir()) == []
+
+    target = tmp_path / "trec-abc"
+    target.mkdir()
+    (target / "meta.json").write_text("{}")  # completed by another process meanwhile
+    cache_mod.write_atomically(target, lambda folder: shutil.rmtree(folder))  # our rename then fails
+    assert cache_mod.is_complete(target) and sorted(p.name for p in tmp_path.iterdir()) == ["trec-abc"]
+
+
 # ------------------------------------------------------------------------------------------------ resume
 
 

@@ -269,3 +269,12 @@ def test_stratified_carving_reports_phrase_level_search_and_moves_of_any_class(m
     assert moved_back and kept  # both orders occur over 20 seeds
     assert all(c.moved_to_train == 1 and 0 in c.train for c in moved_back)
     assert all(c.moved_to_train == 0 for c in kept)
+
+
+def test_containment_lists_only_maximal_containers_whatever_the_input_order():
+    """A shorter unit listed before the unit that contains it is not maximal: its containers are the longer unit
+    only (the docstring's "indices of the maximal units that contain it")."""
+    containers, cost = splits._containment(["good film", "a good film", "bad"])
+    assert containers == [[1], [1], [2]]
+    # words joined: "a good film" from each start a: (3-a)(4-a)/2 = 6 + 3 + 1; "bad": 1; "good film" skipped
+    assert cost == 10 + 1

@@ -278,3 +278,10 @@ def test_containment_lists_only_maximal_containers_whatever_the_input_order():
     assert containers == [[1], [1], [2]]
     # words joined: "a good film" from each start a: (3-a)(4-a)/2 = 6 + 3 + 1; "bad": 1; "good film" skipped
     assert cost == 10 + 1
+
+
+def test_containment_of_an_empty_text_and_of_a_repeated_phrase():
+    # the empty text is a unit of its own (no empty n-gram is looked up), not "contained" in every text
+    assert splits._containment(["good film", ""])[0] == [[0], [1]]
+    # a phrase occurring twice in a sentence lists that sentence once
+    assert splits._containment(["good film good film", "good film"])[0] == [[0], [0]]

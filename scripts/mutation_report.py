@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"`{t}`" for t in config["pytest_add_cli_args_test_selection"])
               + " that reach the mutated function).", ""]
     if args.wall_seconds is not None:
-        lines += [f"Wall time of the run: {args.wall_seconds / 60:.1f} min ({len(results)} mutants).", ""]
+        n_run = sum(1 for s in results.values() if s != "not checked")
+        lines += [f"Wall time of the run: {args.wall_seconds / 60:.1f} min ({n_run} of {len(results)} mutants run).", ""]
     before = json.loads(args.before.read_text()) if args.before else {}
     lines += ["| module | mutants | killed | survived | no tests | not run | equivalent | score |"
               + (" before |" if before else ""),

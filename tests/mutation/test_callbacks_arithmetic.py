@@ -67,6 +67,8 @@ def test_default_warmup_is_twenty_steps(clock):
     assert stats.summary["train/samples_per_sec"] == pytest.approx(12 / 2.0, rel=1e-12)
     assert stats.summary["train/tokens_per_sec"] == pytest.approx(120 / 2.0, rel=1e-12)
     assert stats.summary["train/steps_per_sec"] == pytest.approx(4 / 2.0, rel=1e-12)
+    # the measured steps' hand counts, under the names metrics.json and the report read
+    assert stats.summary["train/samples"] == 12 and stats.summary["train/tokens"] == 120
 
 
 def test_epoch_boundary_and_validation_gaps_are_not_training_time(clock):

@@ -230,6 +230,12 @@ def test_write_atomically_is_complete_or_absent(tmp_path):
     assert sorted(p.name for p in target.parent.iterdir()) == ["sst2-abc"]
 
 
+def test_write_atomically_makes_missing_parent_folders(tmp_path):
+    target = tmp_path / "a" / "b" / "c" / "sst2-abc"  # none of a/b/c exists yet
+    cache_mod.write_atomically(target, lambda folder: (folder / "meta.json").write_text("{}"))
+    assert (target / "meta.json").read_text() == "{}"
+
+
 def test_write_atomically_keeps_the_winner_of_a_race_and_refuses_an_incomplete_target(tmp_path):
     target = tmp_path / "sst2-abc"
     target.mkdir()
@@ -251,6 +257,26 @@ def test_write_atomically_keeps_the_winner_of_a_race_and_refuses_an_incomplete_t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sst2-abc", "trec-abc"]
     assert not cache_mod.is_complete(broken)
     assert not cache_mod.is_complete(tmp_path / "missing")
+
+
+def test_write_atomically_cleanup_never_replaces_the_outcome(tmp_path):
+    """Removing our temporary folder is best effort: when it is already gone, the writer's own error still
+    propagates, and a cache another process completed is still used."""
+    import shutil
+
+    def fail_after_removing(folder):
+        shutil.rmtree(folder)
+        raise ValueError("the writer's error")
+
+    with pytest.raises(ValueError, match="the writer's error"):
+        cache_mod.write_atomically(tmp_path / "sst2-abc", fail_after_removing)
+    assert list(tmp_path.iterdir()) == []
+
+    target = tmp_path / "trec-abc"
+    target.mkdir()
+    (target / "meta.json").write_text("{}")  # completed by another process meanwhile
+    cache_mod.write_atomically(target, lambda folder: shutil.rmtree(folder))  # our rename then fails
+    assert cache_mod.is_complete(target) and sorted(p.name for p in tmp_path.iterdir()) == ["trec-abc"]
 
 
 # ------------------------------------------------------------------------------------------------ resume
@@ -367,6 +393,9 @@ def _resume(trainer, step, extras=True, metrics=None):
     # 2 of 10 done: 8 steps left take batches 0-7; batches 0-1 replayed, 8-9 unseen
     (10, 1, 0, 2, {"epoch": 0, "batches_done": 2, "batches_per_epoch": 10, "exact": False,
                    "replayed_batches": [0, 1], "unseen_batches": [8, 9]}),
+    # 1 of 10 done (the smallest mid-epoch resume): batch 0 replayed, batch 9 unseen
+    (10, 1, 0, 1, {"epoch": 0, "batches_done": 1, "batches_per_epoch": 10, "exact": False,
+                   "replayed_batches": [0, 0], "unseen_batches": [9, 9]}),
     # a max_steps run resumed at the end of epoch 1 (Lightning reports current_epoch 1 with all 10 done)
     (10, 1, 1, 20, {"epoch": 2, "batches_done": 0, "batches_per_epoch": 10, "exact": True}),
     # the checkpoint's step is behind the epoch count: nothing done, never negative

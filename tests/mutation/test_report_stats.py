@@ -196,6 +196,10 @@ def test_format_setting_writes_values_as_hydra_override_strings():
         ["null", "null", "true", "false", "0.001", "1e-08", "64", "sst2"]
     assert format_setting([0.9, 0.98]) == "[0.9,0.98]" and format_setting({"a": 1}) == '{"a":1}'
     assert format_setting((1, 2)) == "[1,2]"
+    # an element JSON cannot encode (a path, a date in a list) is written as its text, not an error
+    from datetime import date
+    from pathlib import PurePosixPath
+    assert format_setting([PurePosixPath("/data/sst2"), date(2024, 5, 1), 3]) == '["/data/sst2","2024-05-01",3]'
 
 
 def test_flatten_config_dotted_keys():
@@ -212,7 +216,9 @@ def test_is_relevant_leaves_out_paths_loggers_and_names():
                 "data._target_", "attention._target_", "run_name", "_batch_size", "trainer.enable_progress_bar",
                 "callbacks.run_stats.warmup_steps"):
         assert not is_relevant(key), key
-    for key in ("data", "data.max_length", "data.local_dir_x", "loggerx", "seed", "trainer.max_steps", "optim.lr"):
+    # only a leaf both starting and ending with "_" is Hydra's (_target_); "lambda_" or "_scale" are settings
+    for key in ("data", "data.max_length", "data.local_dir_x", "loggerx", "seed", "trainer.max_steps", "optim.lr",
+                "optim.lambda_", "model._scale"):
         assert is_relevant(key), key
 
 
@@ -248,6 +254,12 @@ def test_headline_order_and_limit():
     assert headline(fixed) == "data=sst2, seed=0, trainer.max_steps=150, optim.lr=0.001"
     assert headline(fixed, limit=2) == "data=sst2, seed=0"
     assert headline({"model.d_ff": "256"}) == "nothing held fixed"
+    # all twelve headline keys fixed: a title shows the first ten (the default limit)
+    every = {k: str(i) for i, k in enumerate(("data", "model", "attention", "seed", "trainer.max_steps",
+                                               "trainer.max_epochs", "data.max_train_samples", "data.max_length",
+                                               "model.head_dim", "data.batch_size", "optim.lr",
+                                               "data.tokenizer.kind"))}
+    assert headline(every).split(", ") == [f"{k}={v}" for k, v in list(every.items())[:10]]
 
 
 def test_hydra_instantiation_keys_are_no_settings():

@@ -188,3 +188,100 @@ def test_containment_budget_falls_back_to_exact_units(monkeypatch):
     containers, cost = splits._containment(["one two three", "two three", "four five", "three"])
     assert containers == [[0], [0], [2], [0]]
     assert cost == (6 + 3 + 1) + (3 + 1)  # sum over starts a of (n-a)(n-a+1)/2 for the maximal units only
+
+
+@pytest.mark.parametrize("major, minor", [(1, 0), (0, 1)])
+def test_fold_assignment_places_a_mixed_group_by_its_majority_class(major, minor):
+    """Two groups of 4 (one of the major class, one of the minor) take one fold each; a group of 3 with classes
+    major, major, minor then goes to the fold with the fewest rows of its majority class: the one holding the
+    minor-class group. Placing it by its minority class (or by the largest or smallest label) would send it to
+    the other fold. Every seed (the equal-size order varies)."""
+    texts = ["a"] * 4 + ["b"] * 4 + ["g"] * 3
+    labels = [major] * 4 + [minor] * 4 + [major, major, minor]
+    for seed in range(6):
+        folds = fold_assignment(texts, labels, 2, seed)
+        assert len(set(folds[:4])) == 1 and len(set(folds[4:8])) == 1 and len(set(folds[8:])) == 1
+        assert folds[0] != folds[4]
+        assert folds[8] == folds[4]  # with the class-0 group
+
+
+def test_fold_assignment_breaks_class_ties_by_the_rows_a_fold_already_holds():
+    """k = 2, groups by size: A (3 rows, class 0) to fold 0; B and C (2 rows of class 1 each) one per fold, so
+    fold 0 holds 5 rows and fold 1 holds 2; D (1 row, class 2, no fold has any) goes to the smaller fold, 1."""
+    texts = ["a"] * 3 + ["b"] * 2 + ["c"] * 2 + ["d"]
+    labels = [0] * 3 + [1] * 4 + [2]
+    for seed in range(6):
+        folds = fold_assignment(texts, labels, 2, seed)
+        assert folds[:3] == [0, 0, 0] and sorted([folds[3], folds[5]]) == [0, 1]
+        assert folds[3] == folds[4] and folds[5] == folds[6]
+        assert folds[7] == 1
+
+
+def _partition(c, n):
+    assert sorted(c.train + c.val) == list(range(n)) and not set(c.train) & set(c.val)
+
+
+def test_stratified_carving_keeps_classes_it_skips_and_carves_the_rest():
+    """A class too small to carve (one row, or a quota of 0) goes to training whole, before or after the classes
+    that are carved, and the others are still carved."""
+    texts = ["solo", "w1", "w2", "w3", "w4"]
+    c = carve_stratified(texts, [0, 1, 1, 1, 1], 2, 0)  # quotas 0.4 and 1.6: class 0 gets 0 rows, class 1 gets 2
+    _partition(c, 5)
+    assert 0 in c.train and len(c.val) == 2 and set(c.val) <= {1, 2, 3, 4}
+    c = carve_stratified(["w1", "w2", "w3", "w4", "solo"], [0, 0, 0, 0, 1], 2, 0)  # the skipped class comes last
+    _partition(c, 5)
+    assert 4 in c.train and len(c.val) == 2 and set(c.val) <= {0, 1, 2, 3}
+    assert c.containment_searched is True and c.phrase_level is False and c.moved_to_train == 0
+
+
+def test_stratified_carving_leaves_every_class_a_training_row():
+    """n_held = all rows: each class's quota is its size, but at most size - 1 rows are held out."""
+    texts = ["a1", "a2", "a3", "b1", "b2", "b3"]
+    c = carve_stratified(texts, [0, 0, 0, 1, 1, 1], 6, 3)
+    _partition(c, 6)
+    assert len([r for r in c.train if r < 3]) == 1 and len([r for r in c.train if r >= 3]) == 1
+
+
+def test_stratified_carving_follows_its_seed():
+    texts = [f"text {i}" for i in range(40)]
+    labels = [i % 2 for i in range(40)]
+    runs = [carve_stratified(texts, labels, 10, seed) for seed in (5, 5, 6)]
+    assert runs[0].val == runs[1].val and runs[0].train == runs[1].train
+    assert runs[0].val != runs[2].val
+
+
+def test_stratified_carving_reports_phrase_level_search_and_moves_of_any_class(monkeypatch):
+    # class 0 has a phrase inside a sentence (phrase level), class 1 has none: the carving is phrase level
+    texts = ["good film", "a good film indeed", "x1", "x2", "x3", "x4"]
+    c = carve_stratified(texts, [0, 0, 1, 1, 1, 1], 3, 0)
+    assert c.phrase_level is True and c.containment_searched is True
+    # class 0 passes the containment budget (a 5-word text: 35 words joined), class 1 (1-word texts) does not
+    monkeypatch.setattr("attnbench.data.splits.NGRAM_BUDGET", 10)
+    c = carve_stratified(["one two three four five", "six", "y1", "y2", "y3", "y4"], [0, 0, 1, 1, 1, 1], 3, 0)
+    assert c.containment_searched is False
+    monkeypatch.undo()
+    # "good" inside "goodness" (not as a word): held out by class 0's carving, moved back by its final pass;
+    # class 1 (after it) moves nothing: the carving reports the one move
+    texts = ["good", "goodness", "x1", "x2", "x3", "x4"]
+    cases = [carve_stratified(texts, [0, 0, 1, 1, 1, 1], 3, seed) for seed in range(20)]
+    moved_back = [c for c in cases if 0 not in c.val and 1 not in c.val]
+    kept = [c for c in cases if 1 in c.val]
+    assert moved_back and kept  # both orders occur over 20 seeds
+    assert all(c.moved_to_train == 1 and 0 in c.train for c in moved_back)
+    assert all(c.moved_to_train == 0 for c in kept)
+
+
+def test_containment_lists_only_maximal_containers_whatever_the_input_order():
+    """A shorter unit listed before the unit that contains it is not maximal: its containers are the longer unit
+    only (the docstring's "indices of the maximal units that contain it")."""
+    containers, cost = splits._containment(["good film", "a good film", "bad"])
+    assert containers == [[1], [1], [2]]
+    # words joined: "a good film" from each start a: (3-a)(4-a)/2 = 6 + 3 + 1; "bad": 1; "good film" skipped
+    assert cost == 10 + 1
+
+
+def test_containment_of_an_empty_text_and_of_a_repeated_phrase():
+    # the empty text is a unit of its own (no empty n-gram is looked up), not "contained" in every text
+    assert splits._containment(["good film", ""])[0] == [[0], [1]]
+    # a phrase occurring twice in a sentence lists that sentence once
+    assert splits._containment(["good film good film", "good film"])[0] == [[0], [0]]

@@ -123,7 +123,7 @@ class AdditiveScore(ScoreFunction):
         method = self._attend_float32 if query.device.type == "cpu" else self._attend
         return method(query, key, value, key_padding_mask, dropout_p)
 
-    def _attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
+    def _attend(self, query, key, value, key_padding_mask, dropout_p):  # attend() passes every argument
         q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
         k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
         n_queries = query.shape[-2]

@@ -304,7 +304,8 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
         pub.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
         for png in dest.glob("*.png"):
-            shutil.copyfile(png, pub / f"{stage}_{png.name}")
+            if not png.name.startswith("attention_maps"):  # the maps stay in the report: one per setting and seed
+                shutil.copyfile(png, pub / f"{stage}_{png.name}")
     return rc == 0
 
 

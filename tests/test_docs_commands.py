@@ -373,8 +373,9 @@ def test_train_command_composes(hydra_configs, command):
 
 
 def test_experiment_sweeps_expand_to_the_documented_job_counts(hydra_configs):
-    """docs/results.md's job counts (42, 20, 14) are what the shipped experiments expand to."""
-    documented = {"compare_cpu": 42, "head_dim_sweep_cpu": 20, "long_context_cpu": 14}
+    """docs/results.md's job counts (20, 14) are what the shipped experiments expand to (compare's 70: the
+    reproduce plan, tests/test_reproduce.py)."""
+    documented = {"head_dim_sweep_cpu": 20, "long_context_cpu": 14}
     for experiment, count in documented.items():
         line, command = next((line, c) for c in TRAIN if f"experiment={experiment}" in c.argv
                              and "jobs" in (line := c.path.read_text().splitlines()[c.line - 1]))
@@ -535,21 +536,32 @@ def test_layout_names_only_paths_that_exist():
     assert not missing, f"the Layout names paths that do not exist: {missing}"
 
 
-def test_the_readme_figure_is_the_results_pages_numbers():
-    """The README's table quotes docs/results.md's `compare_cpu` rows (SST-2): each of its cells is in the row of
-    the same score function there, so the first screen cannot drift from the measured results."""
+def test_the_readmes_answer_is_the_published_compare_numbers():
+    """The README's answer quotes the compare report (docs/results/cpu/compare.csv, what scripts/reproduce.py
+    published): each number is recomputed here from the CSV, so the first screen cannot drift from it."""
+    import csv
+
     readme = (REPO_ROOT / "README.md").read_text()
-    results = (REPO_ROOT / "docs" / "results.md").read_text()
-    rows = [r for r in readme.splitlines() if re.match(r"^\| `\w+` \|", r)]
-    assert len(rows) >= 3
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        source = next((r for r in results.splitlines() if r.startswith(f"| sst2 | {cells[0]} |")), None)
-        assert source is not None, cells[0]
-        source_cells = {c.strip() for c in source.strip("|").split("|")}
-        assert set(cells) <= source_cells, (cells, source)
-    for claim in ("0.22×", "0.12×", "1/70", "2–5 points", "a fifth to a half"):
-        assert claim in readme and claim in results, claim
+    rows = {(r["data"], r["attention"]): r for r in csv.DictReader((REPO_ROOT / "docs/results/cpu/compare.csv").open())}
+    sst2 = {a: {k: float(v) if v not in ("", "null") and k != "attention" and k != "data" else v
+                for k, v in r.items()} for (d, a), r in rows.items() if d == "sst2"}
+    base = sst2["scaled_dot"]
+    claims = [
+        f"{sst2['additive']['train_tok_s'] / base['train_tok_s']:.2f}× the training",
+        f"{sst2['additive']['test_tok_s'] / base['test_tok_s']:.2f}× the\ninference",
+        f"logits reach {sst2['dot']['max_score']:.0f}",
+        f"{sst2['dot']['saturated_frac']:.0%} of its attention rows",
+        f"loses {-sst2['dot']['diff_mean'] * 100:.1f}\npoints",
+    ]
+    text = readme.replace("\n", " ")
+    for claim in claims:
+        assert claim.replace("\n", " ") in text, claim
+    # "the one interval that excludes 0" and "every paired 95% interval to scaled_dot contains 0" for additive
+    for data in ("sst2", "trec"):
+        r = rows[(data, "additive")]
+        assert abs(float(r["diff_mean"])) < float(r["diff_ci"])
+    excluding = [k for k, r in rows.items() if r["diff_ci"] and abs(float(r["diff_mean"])) > float(r["diff_ci"])]
+    assert excluding == [("sst2", "dot")]
 
 
 def test_composition_refuses_what_train_py_refuses(hydra_configs):

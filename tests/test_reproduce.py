@@ -39,6 +39,14 @@ def test_the_plan_is_the_experiments_grid_in_sweep_order(tmp_path, stage):
     assert all(j.run_dir.parent == tmp_path / stage and j.status() == "todo" for j in jobs)
 
 
+def test_the_documented_job_count_is_the_plans(tmp_path):
+    """docs/results.md's `reproduce.py --stages compare  # 70 jobs` is what the plan expands to."""
+    line = next(line for line in (REPO_ROOT / "docs" / "results.md").read_text().splitlines()
+                if "scripts/reproduce.py --stages compare " in line and " jobs" in line)
+    documented = int(line.split("#", 1)[1].split(" jobs")[0].strip())
+    assert len(reproduce.plan(["compare"], tmp_path, [], [])) == documented
+
+
 def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):
     jobs = reproduce.plan(["compare"], tmp_path, ["seed=3", "data=trec", "attention=dot,additive"], [])
     assert [(j.overrides["seed"], j.overrides["data"], j.overrides["attention"]) for j in jobs] == [

@@ -29,8 +29,8 @@ README/docs tables rewritten (``scripts/readme_tables.py``). Every job's log is 
 name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
 
 Expected duration: per job, the median wall time of the finished jobs of the same stage, score function
-and setting in ``<out>``, else the estimates in ``docs/results/reproduce_seconds_<device>.json`` (measured
-on the machine named there), else unknown (said so). ``--write-estimates`` rewrites that file from ``<out>``.
+and setting in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (its ``seconds`` were measured
+as whole jobs, its ``estimated`` were not: its ``notes`` say how they were derived), else unknown (said so). ``--write-estimates`` rewrites that file from ``<out>``.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def save_manifest(out: Path, manifest: dict) -> None:
 def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
     """Seconds per job by :attr:`Job.estimate_key`: the shipped file, overridden by finished jobs in ``out``."""
     shipped = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{device}.json"
-    table = dict(json.loads(shipped.read_text()).get("seconds", {})) if shipped.is_file() else {}
+    shipped_data = json.loads(shipped.read_text()) if shipped.is_file() else {}
+    table = {**shipped_data.get("estimated", {}), **shipped_data.get("seconds", {})}  # measured beats estimated
     measured: dict[str, list[float]] = {}
     for entry in manifest["jobs"].values():
         if entry.get("status") == "done" and entry.get("complete_run_seconds"):
@@ -343,9 +344,16 @@ def main(argv: list[str] | None = None) -> int:
     print_plan(jobs, table, stages, out)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
-        measured = estimates(args.device, out, manifest)
-        path.write_text(json.dumps({"machine": os.uname().nodename, "commit": commit,
-                                    "seconds": dict(sorted(measured.items()))}, indent=1) + "\n")
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        measured: dict[str, list[float]] = {}
+        for entry in manifest["jobs"].values():
+            if entry.get("status") == "done" and entry.get("complete_run_seconds"):
+                measured.setdefault(entry["estimate_key"], []).append(entry["complete_run_seconds"])
+        seconds = {**old.get("seconds", {}), **{k: statistics.median(v) for k, v in measured.items()}}
+        estimated = {k: v for k, v in old.get("estimated", {}).items() if k not in seconds}
+        path.write_text(json.dumps({**old, "machine": os.uname().nodename, "commit": commit,
+                                    "seconds": dict(sorted(seconds.items())), "estimated": estimated},
+                                   indent=1) + "\n")
         print(f"wrote {path}")
     if args.dry_run or args.write_estimates:
         return 0

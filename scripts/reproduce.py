@@ -97,7 +97,7 @@ class Job:
 
 def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[dict[str, str]]:
     """The sweep of ``conf/experiment/<stage>.yaml`` as a list of override dicts, in Hydra's basic-sweeper
-    order (first key outermost), and the run-name pattern.
+    order (first key outermost). Call inside ``hydra.initialize_config_dir`` (as :func:`plan` does).
 
     ``grid_overrides`` (``key=v1,v2``) replace a key's values or add a key; ``extra`` overrides are applied
     when composing (they may change ``run_name``).
@@ -235,11 +235,13 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str) -> bo
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}\n# {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        # its own session: a terminal's Ctrl-C reaches only this process, which passes one SIGTERM on (SIGTERM,
+        # not SIGINT: a job started from a background shell inherits SIGINT ignored)
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait()
-        except KeyboardInterrupt:  # let the job stop as after Ctrl-C (it saves interrupted.ckpt), then stop
-            proc.send_signal(signal.SIGINT)
+        except KeyboardInterrupt:  # let the job stop as after SIGTERM (it saves interrupted.ckpt), then stop
+            proc.send_signal(signal.SIGTERM)
             proc.wait()
             entry["status"] = "interrupted"
             entry["seconds"] = entry.get("seconds", 0.0) + time.monotonic() - start
@@ -393,5 +395,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops between jobs like Ctrl-C
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops like Ctrl-C
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted; the running job saved interrupted.ckpt. Run the same command again to continue: "
+              "finished jobs are skipped, a job with an epoch-end last.ckpt resumes from it.", file=sys.stderr)
+        sys.exit(130)

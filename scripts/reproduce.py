@@ -198,9 +198,11 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
     for stage in stages:
         mine = [j for j in jobs if j.stage == stage]
         if stage == "cost":
-            est = sum(table.get(f"cost/{name}", 0.0) for name in ("attention", "train_throughput")
-                      if not ((out / "cost" / "train_throughput.json") if name == "train_throughput"
-                              else (out / "cost" / "attention" / "results.json")).is_file())
+            pending = [name for name in ("attention", "train_throughput")
+                       if not ((out / "cost" / "train_throughput.json") if name == "train_throughput"
+                               else (out / "cost" / "attention" / "results.json")).is_file()]
+            est = sum(table.get(f"cost/{name}", 0.0) for name in pending)
+            unknown += sum(f"cost/{name}" not in table for name in pending)  # a benchmark without an estimate
             total += est
             print(f"{stage:16} {'':>5} {'':>5} {'':>6} {'':>6}   {fmt_duration(est) if est else 'unknown'}")
             continue

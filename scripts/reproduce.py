@@ -53,6 +53,9 @@ TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context")
 STAGES = (*TRAIN_STAGES, "cost")
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
 SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
+ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
+#: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
+COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
 
 
 @dataclass
@@ -178,12 +181,17 @@ def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
     shipped = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{device}.json"
     shipped_data = json.loads(shipped.read_text()) if shipped.is_file() else {}
     table = {**shipped_data.get("estimated", {}), **shipped_data.get("seconds", {})}  # measured beats estimated
+    table.update(measured_seconds(manifest))
+    return table
+
+
+def measured_seconds(manifest: dict) -> dict[str, float]:
+    """Median wall seconds of the jobs ``manifest`` saw run whole (not resumed), by :attr:`Job.estimate_key`."""
     measured: dict[str, list[float]] = {}
     for entry in manifest["jobs"].values():
         if entry.get("status") == "done" and entry.get("complete_run_seconds"):
             measured.setdefault(entry["estimate_key"], []).append(entry["complete_run_seconds"])
-    table.update({k: statistics.median(v) for k, v in measured.items()})
-    return table
+    return {k: statistics.median(v) for k, v in measured.items()}
 
 
 def fmt_duration(seconds: float) -> str:
@@ -198,9 +206,7 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
     for stage in stages:
         mine = [j for j in jobs if j.stage == stage]
         if stage == "cost":
-            pending = [name for name in ("attention", "train_throughput")
-                       if not ((out / "cost" / "train_throughput.json") if name == "train_throughput"
-                               else (out / "cost" / "attention" / "results.json")).is_file()]
+            pending = [name for name, result in COST_RESULTS.items() if not (out / "cost" / result).is_file()]
             est = sum(table.get(f"cost/{name}", 0.0) for name in pending)
             unknown += sum(f"cost/{name}" not in table for name in pending)  # a benchmark without an estimate
             total += est
@@ -259,7 +265,6 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str) -> bo
     return ok
 
 
-ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
 
 
 def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
@@ -270,14 +275,15 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
     the side-by-side figure the cost ratios of the Results come from."""
     dest = out / "cost"
     benches = [
-        ("attention", dest / "attention" / "results.json",
+        ("attention", dest / COST_RESULTS["attention"],
          ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
          + (["--device", "cuda"] if device == "gpu" else [])),
     ]
     if device == "cpu":  # bench_train.py measures on the CPU only; on a GPU the compare runs' own rates serve
-        benches.append(("train_throughput", dest / "train_throughput.json",
+        result = dest / COST_RESULTS["train_throughput"]
+        benches.append(("train_throughput", result,
                         ["scripts/bench_train.py", "--attention", ALL_SCORES, "--repeats", "3", "--json",
-                         str(dest / "train_throughput.json")]))
+                         str(result)]))
     ok = True
     for name, result, args in benches:
         if result.is_file():
@@ -349,11 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}
-        measured: dict[str, list[float]] = {}
-        for entry in manifest["jobs"].values():
-            if entry.get("status") == "done" and entry.get("complete_run_seconds"):
-                measured.setdefault(entry["estimate_key"], []).append(entry["complete_run_seconds"])
-        seconds = {**old.get("seconds", {}), **{k: statistics.median(v) for k, v in measured.items()}}
+        seconds = {**old.get("seconds", {}), **measured_seconds(manifest)}
         estimated = {k: v for k, v in old.get("estimated", {}).items() if k not in seconds}
         path.write_text(json.dumps({**old, "machine": os.uname().nodename, "commit": commit,
                                     "seconds": dict(sorted(seconds.items())), "estimated": estimated},
@@ -386,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             if stage in TRAIN_STAGES:
                 report(stage, out, args.device, args.publish)
         if args.publish:
-            throughput = out / "cost" / "train_throughput.json"
+            throughput = out / "cost" / COST_RESULTS["train_throughput"]
             if "cost" in stages and throughput.is_file():
                 pub = REPO_ROOT / "docs" / "results" / args.device
                 pub.mkdir(parents=True, exist_ok=True)

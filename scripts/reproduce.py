@@ -36,14 +36,17 @@ as whole jobs, its ``estimated`` were not: its ``notes`` say how they were deriv
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import itertools
 import json
 import os
+import queue
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,7 +203,9 @@ def fmt_duration(seconds: float) -> str:
     return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
 
 
-def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path) -> float:
+def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path, n_jobs: int = 1) -> float:
+    """Print the jobs per stage (done / to resume / to run) and the expected duration; return it in seconds.
+    With ``n_jobs`` > 1 the training stages' sum is divided by it (the cost benchmarks run alone)."""
     total, unknown = 0.0, 0
     print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'to run':>6}   expected")
     for stage in stages:
@@ -216,55 +221,150 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
         todo = [j for j, s in zip(mine, states) if s != "done"]
         known = [table[j.estimate_key] for j in todo if j.estimate_key in table]
         unknown += len(todo) - len(known)
-        total += sum(known)
-        note = f"{fmt_duration(sum(known))}" + (f" + {len(todo) - len(known)} job(s) unknown"
-                                                if len(todo) > len(known) else "")
+        total += sum(known) / n_jobs
+        note = f"{fmt_duration(sum(known) / n_jobs)}" + (f" + {len(todo) - len(known)} job(s) unknown"
+                                                         if len(todo) > len(known) else "")
         print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} {len(todo):6d}"
               f"   {note}")
     print(f"expected duration: {fmt_duration(total)}" + (f" plus {unknown} job(s) without an estimate"
                                                           if unknown else "")
-          + " (resumed jobs counted in full)")
+          + " (resumed jobs counted in full" + (f"; {n_jobs} training jobs at once, each estimate measured "
+                                                 "one at a time" if n_jobs > 1 else "") + ")")
     return total
 
 
-def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str) -> bool:
+#: guards the manifest and the progress lines when several jobs run at once (``--jobs``)
+LOCK = threading.Lock()
+#: the jobs running now, stopped with one SIGTERM each when the reproduction is interrupted
+RUNNING: set[subprocess.Popen] = set()
+#: set when the reproduction is interrupted: a job that ends after it is recorded as interrupted, not failed
+STOPPING = threading.Event()
+
+
+def cpu_groups(n_jobs: int) -> list[set[int] | None]:
+    """One CPU set per concurrent job: the CPUs this process may use (``taskset`` narrows them), split into
+    ``n_jobs`` equal contiguous groups; ``[None]`` (no pinning, the inherited affinity) for one job or where
+    the OS has no CPU affinity (not Linux).
+
+    Raises:
+        SystemExit: more jobs than CPUs.
+    """
+    if n_jobs == 1 or not hasattr(os, "sched_getaffinity"):
+        return [None] * n_jobs
+    cpus = sorted(os.sched_getaffinity(0))
+    if n_jobs > len(cpus):
+        raise SystemExit(f"--jobs {n_jobs}: this process may use {len(cpus)} CPU(s) ({cpus}); "
+                         f"choose --jobs {len(cpus)} or fewer")
+    size = len(cpus) // n_jobs
+    return [set(cpus[i * size:(i + 1) * size]) for i in range(n_jobs)]
+
+
+def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus: set[int] | None = None,
+            parallel: int = 1) -> bool:
+    """Run one job to its end, its output to ``<stage>/logs/<name>.log``; record it in the manifest.
+
+    ``cpus``: pin the job to these CPUs with as many torch threads (``OMP_NUM_THREADS``); ``None`` keeps the
+    inherited affinity and threads. ``parallel``: how many jobs ran at once (recorded: their wall times share
+    the machine). Returns True when the job wrote its metrics.json.
+    """
     status = job.status()
     if status == "leftover":
         shutil.rmtree(job.run_dir)
     log_path = job.run_dir.parent / "logs" / f"{job.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = job.command(device)
-    entry = manifest["jobs"].setdefault(str(job.run_dir.relative_to(out)), {})
-    entry.update(estimate_key=job.estimate_key, overrides=job.overrides, command=" ".join(cmd[1:]))
-    entry.setdefault("commits", [])
-    if commit not in entry["commits"]:
-        entry["commits"].append(commit)
+    with LOCK:
+        entry = manifest["jobs"].setdefault(str(job.run_dir.relative_to(out)), {})
+        entry.update(estimate_key=job.estimate_key, overrides=job.overrides, command=" ".join(cmd[1:]),
+                     parallel_jobs=parallel)
+        entry.setdefault("commits", [])
+        if commit not in entry["commits"]:
+            entry["commits"].append(commit)
+    env = None
+    if cpus is not None:
+        env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
     start = time.monotonic()
     with open(log_path, "a") as log:
-        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}\n# {' '.join(cmd)}\n")
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}"
+                  + (f", CPUs {sorted(cpus)}" if cpus is not None else "") + f"\n# {' '.join(cmd)}\n")
         log.flush()
         # its own session: a terminal's Ctrl-C reaches only this process, which passes one SIGTERM on (SIGTERM,
         # not SIGINT: a job started from a background shell inherits SIGINT ignored)
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait()
-        except KeyboardInterrupt:  # let the job stop as after SIGTERM (it saves interrupted.ckpt), then stop
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            entry["status"] = "interrupted"
-            entry["seconds"] = entry.get("seconds", 0.0) + time.monotonic() - start
-            save_manifest(out, manifest)
-            raise
+        with LOCK:
+            if STOPPING.is_set():
+                return False
+            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=env)
+            RUNNING.add(proc)
+        if cpus is not None:  # before the child has imported torch, so its OpenMP threads inherit the set
+            os.sched_setaffinity(proc.pid, cpus)
+        rc = proc.wait()
+        with LOCK:
+            RUNNING.discard(proc)
     seconds = time.monotonic() - start
     ok = rc == 0 and job.status() == "done"
-    entry["status"] = "done" if ok else f"failed (exit {rc})"
-    entry["seconds"] = entry.get("seconds", 0.0) + seconds
-    if ok and status in ("todo", "leftover"):
-        entry["complete_run_seconds"] = seconds  # a whole run in one go: a clean duration estimate
-    save_manifest(out, manifest)
+    with LOCK:
+        entry["status"] = "done" if ok else "interrupted" if STOPPING.is_set() else f"failed (exit {rc})"
+        entry["seconds"] = entry.get("seconds", 0.0) + seconds
+        if ok and status in ("todo", "leftover"):
+            entry["complete_run_seconds"] = seconds  # a whole run in one go: a clean duration estimate
+        save_manifest(out, manifest)
     return ok
 
 
+def run_jobs(todo: list[Job], groups: list[set[int] | None], device: str, manifest: dict, out: Path,
+             commit: str, table: dict[str, float]) -> list[Job]:
+    """Run ``todo`` in order, ``len(groups)`` at once, each on a free CPU set of ``groups`` (from
+    :func:`cpu_groups`); return the failed ones. A Ctrl-C or SIGTERM stops every running job with one SIGTERM (each saves interrupted.ckpt),
+    waits for them, and raises KeyboardInterrupt."""
+    n_jobs = len(groups)
+    free: queue.Queue = queue.Queue()
+    for group in groups:
+        free.put(group)
+    failed: list[Job] = []
+    started = time.monotonic()
+    progress = {"next": 0, "table": table}
+
+    def work(job: Job) -> None:
+        cpus = free.get()
+        try:
+            with LOCK:
+                if STOPPING.is_set():
+                    return
+                progress["next"] += 1
+                i = progress["next"]
+                rest = todo[i - 1:]
+                left = sum(progress["table"].get(j.estimate_key, 0.0) for j in rest) / n_jobs
+                unknown = sum(j.estimate_key not in progress["table"] for j in rest)
+                print(f"[{i}/{len(todo)}] {job.stage}/{job.name} ({job.status()})"
+                      + (f" on CPUs {','.join(map(str, sorted(cpus)))}" if cpus is not None else "")
+                      + f"; elapsed {fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left"
+                      + (f" + {unknown} job(s) without an estimate" if unknown else ""), flush=True)
+            ok = run_job(job, device, manifest, out, commit, cpus, n_jobs)
+            with LOCK:
+                if ok:
+                    progress["table"] = estimates(device, out, manifest)
+                elif not STOPPING.is_set():
+                    failed.append(job)
+                    print(f"  failed: {job.stage}/{job.name}, see {job.run_dir.parent / 'logs' / (job.name + '.log')}",
+                          flush=True)
+        finally:
+            free.put(cpus)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=n_jobs)
+    futures = [pool.submit(work, job) for job in todo]
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            future.result()
+    except KeyboardInterrupt:
+        with LOCK:
+            STOPPING.set()
+            for proc in RUNNING:
+                proc.send_signal(signal.SIGTERM)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return failed
 
 
 def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
@@ -331,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="replace (or add) one swept key's values, e.g. --grid seed=0,1 (repeatable)")
     parser.add_argument("--set", action="append", default=[], dest="extra", metavar="KEY=VALUE",
                         help="an override for every job, e.g. --set trainer.max_steps=50 (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="training jobs at once, each pinned to its own 1/N of the CPUs this process may use "
+                             "(with as many torch threads); on a 2-core machine --jobs 2 runs two one-core jobs")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and expected duration only")
     parser.add_argument("--no-report", action="store_true", help="skip the reports at the end")
     parser.add_argument("--publish", action="store_true",
@@ -339,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs: at least 1, got {args.jobs}")
+    groups = cpu_groups(args.jobs)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
@@ -351,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     table = estimates(args.device, out, manifest)
     commit = git_commit()
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
-    print_plan(jobs, table, stages, out)
+    print_plan(jobs, table, stages, out, args.jobs)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}
@@ -366,21 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     manifest.setdefault("started", []).append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
                                                "argv": sys.argv[1:]})
     save_manifest(out, manifest)
-    failed = []
     todo = [j for j in jobs if j.status() != "done"]
     started = time.monotonic()
-    for i, job in enumerate(todo, 1):
-        rest = todo[i - 1:]
-        left = sum(table.get(j.estimate_key, 0.0) for j in rest)
-        unknown = sum(j.estimate_key not in table for j in rest)
-        print(f"[{i}/{len(todo)}] {job.stage}/{job.name} ({job.status()}); elapsed "
-              f"{fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left"
-              + (f" + {unknown} job(s) without an estimate" if unknown else ""), flush=True)
-        if not run_job(job, args.device, manifest, out, commit):
-            failed.append(job)
-            print(f"  failed: see {job.run_dir.parent / 'logs' / (job.name + '.log')}", flush=True)
-        else:
-            table = estimates(args.device, out, manifest)
+    failed: list = run_jobs(todo, groups, args.device, manifest, out, commit, table)
     if "cost" in stages and not run_cost(args.device, out, manifest, commit):
         failed.append("cost")
     if not args.no_report:

@@ -8,8 +8,10 @@ import importlib.util
 import itertools
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -57,12 +59,16 @@ def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):
         reproduce.plan(["compare"], tmp_path, ["seed"], [])
 
 
-def _reproduce(out, *args):
-    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages", "compare",
-           "--grid", "seed=0", "--grid", "data=trec", "--set", "trainer.max_steps=4", "--set", "trainer.max_epochs=2",
+def _reproduce_cmd(out, *args, steps=4, epochs=2):
+    return [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages", "compare",
+           "--grid", "seed=0", "--grid", "data=trec", "--set", f"trainer.max_steps={steps}",
+           "--set", f"trainer.max_epochs={epochs}",
            "--set", "data.max_train_samples=64", "--set", "data.max_eval_samples=32", "--set", "logger=csv",
            "--set", "trainer.enable_progress_bar=false", *args]
-    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _reproduce(out, *args):
+    return subprocess.run(_reproduce_cmd(out, *args), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow  # four training jobs (about a minute on an idle machine): CI runs it in its second step
@@ -115,3 +121,48 @@ def test_a_failed_job_is_recorded_and_the_others_still_run(tmp_path):
     assert manifest["jobs"]["compare/additive-trec-s0"]["status"].startswith("failed (exit")
     assert manifest["jobs"]["compare/dot-trec-s0"]["status"] == "done"
     assert (out / "compare" / "dot-trec-s0" / "metrics.json").is_file()
+
+
+def test_cpu_groups_split_the_allowed_cpus_and_refuse_more_jobs_than_cpus(monkeypatch):
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5}, raising=False)
+    assert reproduce.cpu_groups(1) == [None]  # one job: the inherited affinity (e.g. taskset -c 1) is kept
+    assert reproduce.cpu_groups(2) == [{0, 1}, {2, 3}]  # equal groups; CPU 5 is the remainder
+    assert reproduce.cpu_groups(5) == [{0}, {1}, {2}, {3}, {5}]
+    with pytest.raises(SystemExit, match="--jobs 6: this process may use 5 CPU"):
+        reproduce.cpu_groups(6)
+
+
+@pytest.mark.slow  # two pairs of tiny training jobs side by side (about a minute on the 2-core machine)
+@pytest.mark.skipif(not hasattr(reproduce.os, "sched_getaffinity") or len(reproduce.os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux CPU affinity and 2 CPUs")
+def test_two_jobs_at_once_each_on_its_own_cpu_and_one_sigterm_stops_both(tmp_path):
+    out = tmp_path / "results"
+    grid = ("--grid", "attention=dot,scaled_dot")
+    result = _reproduce(out, *grid, "--jobs", "2", "--no-report")
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    cpus = []
+    for name in ("dot-trec-s0", "scaled_dot-trec-s0"):
+        entry = manifest["jobs"][f"compare/{name}"]
+        assert entry["status"] == "done" and entry["parallel_jobs"] == 2
+        assert (out / "compare" / name / "metrics.json").is_file()
+        log = (out / "compare" / "logs" / f"{name}.log").read_text()
+        cpus.append(log.split(", CPUs ", 1)[1].split("\n", 1)[0])
+    assert len(set(cpus)) == 2  # each on its own CPU
+
+    # interrupted while both of the next two run: one SIGTERM to the driver stops both, recorded as interrupted
+    cmd = _reproduce_cmd(out / "second", "--grid", "attention=additive,cosine", "--jobs", "2", "--no-report",
+                         steps=100_000, epochs=1000)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    manifest_path = out / "second" / "manifest.json"
+    ckpts = [out / "second" / "compare" / n / "checkpoints" / "last.ckpt" for n in ("additive-trec-s0", "cosine-trec-s0")]
+    deadline = time.monotonic() + 240
+    while not all(c.is_file() for c in ckpts) and time.monotonic() < deadline:  # both past an epoch end
+        time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, output
+    assert "interrupted; the running job saved interrupted.ckpt" in output
+    jobs = json.loads(manifest_path.read_text())["jobs"]
+    assert {jobs[f"compare/{n}"]["status"] for n in ("additive-trec-s0", "cosine-trec-s0")} == {"interrupted"}
+    assert all((c.parent / "interrupted.ckpt").is_file() for c in ckpts)

@@ -11,13 +11,23 @@ Times are CPU time of the process (``time.process_time``), which on a shared
 machine is less disturbed than wall time by other processes; with one thread it
 equals the wall time of an undisturbed run.
 
+``--malloc fixed`` (the default) fixes glibc's mmap and trim thresholds before anything is allocated
+(``mallopt(M_MMAP_THRESHOLD, 64 MiB)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``; see ``mallopt(3)``). With
+glibc's dynamic defaults a process may return each freed multi-MiB block to the OS and fault fresh pages in on
+every call: the copies that ``euclidean`` and ``cosine`` make of q and k then cost 10x, and their ratios
+to ``scaled_dot`` jumped between 1.1-1.2x and 1.6-2.2x from one process to the next (docs/cost.md).
+Elsewhere than Linux/glibc the option does nothing (said so in the header).
+
     taskset -c 1 python scripts/bench_short_attention.py --threads 1
+    taskset -c 1 python scripts/bench_short_attention.py --threads 1 --malloc default   # glibc as it comes
     python scripts/bench_short_attention.py --scores scaled_dot,euclidean,cosine,dot,general --contiguous
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import platform
 import time
 from pathlib import Path
 
@@ -27,6 +37,21 @@ from omegaconf import OmegaConf
 from attnbench.attention import MultiHeadAttention
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+
+
+def fix_glibc_malloc(mmap_threshold: int = 64 << 20, trim_threshold: int = 1 << 30) -> str:
+    """Fix glibc's mmap threshold (bytes; blocks above it get their own mmap) and trim threshold (bytes of free
+    heap top kept before returning memory to the OS), which glibc otherwise adjusts as a process runs.
+    Returns what was done, for the report header."""
+    if platform.libc_ver()[0] != "glibc":
+        return "malloc as it comes (not glibc)"
+    libc = ctypes.CDLL("libc.so.6")
+    ok = libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
+    return (f"glibc malloc thresholds fixed (mmap {mmap_threshold >> 20} MiB, trim {trim_threshold >> 20} MiB)"
+            if ok else "glibc mallopt refused the thresholds: malloc as it comes")
 
 
 def time_calls(calls: dict, rounds: int, number: int) -> dict[str, float]:
@@ -54,7 +79,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--contiguous", action="store_true", help="also time contiguous copies of q, k, v")
+    parser.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
+                        help="fixed: glibc's mmap/trim thresholds fixed at start (stable ratios); default: as glibc "
+                             "comes, thresholds adjusted while the process runs")
     args = parser.parse_args(argv)
+    malloc_note = fix_glibc_malloc() if args.malloc == "fixed" else "malloc as it comes"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     m = OmegaConf.load(CONF / "model" / f"{args.model}.yaml")
@@ -79,7 +108,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     best = time_calls(calls, args.rounds, args.number)
     print(f"one attention call, inference: B={b}, n={n}, d_model={m.d_model}, {m.n_heads} heads, padded "
           f"({float((~mask).float().mean()):.0%} real tokens); {torch.get_num_threads()} threads, best of "
-          f"{args.rounds} interleaved rounds of {args.number} calls (process CPU time), torch {torch.__version__}")
+          f"{args.rounds} interleaved rounds of {args.number} calls (process CPU time), torch {torch.__version__}; "
+          f"{malloc_note}")
     out = {}
     for layout in layouts:
         ref = best[(names[0], layout)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import platform
+import subprocess
 import sys
 
 import torch
@@ -54,11 +56,24 @@ def test_gemm_peak_is_a_rate():
 
 def test_short_attention_ratios():
     bench = _script("bench_short_attention")
-    out = bench.main(["--batch", "4", "--length", "8", "--rounds", "1", "--number", "1", "--contiguous"])
+    # --malloc default: fixing glibc's thresholds is process-wide, and this process is the test session
+    out = bench.main(["--batch", "4", "--length", "8", "--rounds", "1", "--number", "1", "--contiguous",
+                      "--malloc", "default"])
     assert out["scaled_dot/views"] == out["scaled_dot/contiguous"] == 1.0
     assert all(v > 0 for v in out.values()) and set(out) == {f"{n}/{lay}" for n in ("scaled_dot", "euclidean",
                                                                                       "cosine")
                                                               for lay in ("views", "contiguous")}
+
+
+def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
+    """In its own process (mallopt is process-wide): the header names the fixed thresholds on glibc."""
+    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "bench_short_attention.py"), "--batch", "2", "--length", "4",
+           "--rounds", "1", "--number", "1"]
+    header = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout.splitlines()[0]
+    if platform.libc_ver()[0] == "glibc":
+        assert header.endswith("glibc malloc thresholds fixed (mmap 64 MiB, trim 1024 MiB)"), header
+    else:
+        assert header.endswith("malloc as it comes (not glibc)"), header
 
 
 def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monkeypatch):

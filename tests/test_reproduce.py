@@ -30,10 +30,17 @@ def _grid_from_yaml(stage: str) -> dict[str, list[str]]:
     return {k: [v.strip() for v in str(values).split(",")] for k, values in params["params"].items()}
 
 
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """Each training stage's plan, composed once for the module (Hydra composes every job: seconds)."""
+    out = tmp_path_factory.mktemp("plans")
+    return out, {stage: reproduce.plan([stage], out, [], []) for stage in reproduce.TRAIN_STAGES}
+
+
 @pytest.mark.parametrize("stage", reproduce.TRAIN_STAGES)
-def test_the_plan_is_the_experiments_grid_in_sweep_order(tmp_path, stage):
+def test_the_plan_is_the_experiments_grid_in_sweep_order(plans, stage):
     grid = _grid_from_yaml(stage)
-    jobs = reproduce.plan([stage], tmp_path, [], [])
+    tmp_path, jobs = plans[0], plans[1][stage]
     assert len(jobs) == math.prod(len(v) for v in grid.values())
     expected = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
     assert [j.overrides for j in jobs] == expected  # first key outermost, as Hydra's basic sweeper
@@ -41,12 +48,36 @@ def test_the_plan_is_the_experiments_grid_in_sweep_order(tmp_path, stage):
     assert all(j.run_dir.parent == tmp_path / stage and j.status() == "todo" for j in jobs)
 
 
-def test_the_documented_job_count_is_the_plans(tmp_path):
+@pytest.mark.parametrize("stage", reproduce.TRAIN_STAGES)
+def test_jobs_share_a_time_estimate_exactly_when_they_differ_only_in_seed(plans, stage):
+    """The estimate key (what a job's expected time is looked up by) separates every swept setting of the grid
+    but the seed: e.g. d_k 16 and 256 of head_dim_sweep must not share one median."""
+    jobs = plans[1][stage]
+    for a, b in itertools.combinations(jobs, 2):
+        same_setting = {k: v for k, v in a.overrides.items() if k != "seed"} == {
+            k: v for k, v in b.overrides.items() if k != "seed"}
+        assert (a.estimate_key == b.estimate_key) == same_setting, (a.overrides, b.overrides)
+
+
+def test_measured_seconds_are_the_median_of_whole_finished_runs():
+    def entry(key, status="done", **extra):
+        return {"estimate_key": key, "status": status, **extra}
+
+    manifest = {"jobs": {
+        "a": entry("k", complete_run_seconds=100.0), "b": entry("k", complete_run_seconds=900.0),
+        "c": entry("k", complete_run_seconds=200.0),
+        "d": entry("k", seconds=50.0),  # resumed: its time is a part of a run, not an estimate
+        "e": entry("k", status="failed (exit 1)", complete_run_seconds=5.0),
+        "f": entry("other", complete_run_seconds=30.0), "g": entry("other", complete_run_seconds=50.0)}}
+    assert reproduce.measured_seconds(manifest) == {"k": 200.0, "other": 40.0}
+
+
+def test_the_documented_job_count_is_the_plans(plans):
     """docs/results.md's `reproduce.py --stages compare  # 70 jobs` is what the plan expands to."""
     line = next(line for line in (REPO_ROOT / "docs" / "results.md").read_text().splitlines()
                 if "scripts/reproduce.py --stages compare " in line and " jobs" in line)
     documented = int(line.split("#", 1)[1].split(" jobs")[0].strip())
-    assert len(reproduce.plan(["compare"], tmp_path, [], [])) == documented
+    assert len(plans[1]["compare"]) == documented
 
 
 def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):

@@ -58,6 +58,38 @@ def test_general_weight_starts_as_identity(head_dim):
     torch.testing.assert_close(fn.scores(q, k), dot.scores(q, k), rtol=1e-6, atol=1e-6)
 
 
+# --------------------------------------------------------------------------- model initial values
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_model_init_is_normal_0_02_with_zero_biases(pooling):
+    """TransformerClassifier.reset_parameters' docstring: "GPT-2/BERT-style init: N(0, 0.02) for embeddings and
+    linear weights, zero biases" (and the padding row of the token embedding zero).
+
+    Tolerance: the sample std of N values of N(0, 0.02²) has a standard error of 0.02/√(2N); every pooled
+    sample here has N ≥ 8,000, so 5% (≥ 6 standard errors) fails only a wrong init, not an unlucky seed.
+    """
+    from attnbench.models.model import TransformerClassifier
+
+    torch.manual_seed(0)
+    model = TransformerClassifier(vocab_size=500, num_classes=3, max_length=128, score="scaled_dot", d_model=64,
+                                  n_heads=4, n_layers=2, d_ff=128, pooling=pooling, pad_id=0)
+    embedding = model.token_embedding.weight.detach().double()
+    assert torch.count_nonzero(embedding[0]) == 0  # the padding row
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    samples = {"token embedding": embedding[1:].flatten(),
+               "position embedding": model.position_embedding.weight.detach().double().flatten(),
+               "linear weights": torch.cat([m.weight.detach().double().flatten() for m in linear])}
+    if pooling == "cls":
+        samples["linear weights"] = torch.cat([samples["linear weights"], model.cls_embedding.detach().double().flatten()])
+    for name, values in samples.items():
+        assert values.numel() >= 8_000, name
+        assert abs(values.std().item() - 0.02) < 0.05 * 0.02, (name, values.std().item())
+        assert abs(values.mean().item()) < 6 * 0.02 / math.sqrt(values.numel()), name
+    biases = [m.bias for m in linear if m.bias is not None]
+    assert biases and all(torch.count_nonzero(b) == 0 for b in biases)
+
+
 # --------------------------------------------------------------------------- throughput arithmetic
 
 

@@ -14,7 +14,8 @@ that renders the table from it (derived columns, e.g. ratios to a baseline, are 
     python scripts/readme_tables.py --check   # exit 1 and print a diff where a table differs from its source
 
 tests/test_readme_tables.py runs ``--check``'s logic, so a hand-edited number (or an edited source without a
-re-run) fails the suite. Tables whose numbers come from runs whose result files are not in the repository are
+re-run) fails the suite. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
+paired Δ or interval end) must also appear in one of its generated tables (:func:`unsourced_prose_numbers`). Tables whose numbers come from runs whose result files are not in the repository are
 listed in :data:`NOT_GENERATED` with the reason; they are not marked.
 
 Sources are JSON (a renderer gets the parsed object) or CSV (a renderer gets the rows, a list of
@@ -55,8 +56,6 @@ MARKER = re.compile(r"<!-- generated: (?P<source>[^ ]+) -->\n(?P<body>.*?)<!-- e
 
 #: tables with measured numbers that are NOT generated, and why (their result files are not in the repository)
 NOT_GENERATED = {
-    "README Results: score functions × {sst2, trec}": "not generated: docs/results/cpu/compare.csv does not exist "
-    "yet (scripts/reproduce.py writes it); render_compare is registered for it: commit it and add its markers",
     "README Results: head_dim sweep (accuracy, diagnostics)": "not generated: docs/results/cpu/head_dim_sweep.csv "
     "does not exist yet; render_head_dim_sweep is registered for it: commit it and add its markers",
     "README Results: long-context (n=512/1024 steps/s, tok/s, RSS)": "not generated: docs/results/cpu/"
@@ -95,23 +94,28 @@ def _signed(value: float) -> str:
 
 def render_batching_accuracy(data: dict) -> str:
     """Test accuracy of the two batching modes per seed, the paired difference (length_grouped − random), and its
-    mean with the 95% Student-t interval over the seeds (scipy, as the report computes it)."""
+    mean with the 95% Student-t interval over the seeds (scipy, as the report computes it); a last row gives the
+    same mean and interval for the best validation accuracy (``val/acc_best``)."""
     from scipy import stats
 
-    acc = {(r["batching"], r["seed"]): r["test/acc"] for r in data["runs"]}
-    seeds = sorted({seed for _, seed in acc})
+    def paired(metric: str) -> tuple[dict, list[int], str]:
+        acc = {(r["batching"], r["seed"]): r[metric] for r in data["runs"]}
+        seeds = sorted({seed for _, seed in acc})
+        diffs = [acc["length_grouped", s] - acc["random", s] for s in seeds]
+        n = len(diffs)
+        mean = sum(diffs) / n
+        half = stats.t.ppf(0.975, n - 1) * stats.tstd(diffs) / n ** 0.5 if n > 1 else float("nan")
+        return acc, seeds, (f"{sum(acc['random', s] for s in seeds) / n:.4f} | "
+                            f"{sum(acc['length_grouped', s] for s in seeds) / n:.4f} | {_signed(mean)} "
+                            f"[{_signed(mean - half)}, {_signed(mean + half)}]")
+
+    acc, seeds, test_mean = paired("test/acc")
     lines = ["| seed | `random` | `length_grouped` | difference |", "|---|---|---|---|"]
-    diffs = []
     for seed in seeds:
-        diffs.append(acc["length_grouped", seed] - acc["random", seed])
         lines.append(f"| {seed} | {acc['random', seed]:.4f} | {acc['length_grouped', seed]:.4f} | "
-                     f"{_signed(diffs[-1])} |")
-    n = len(diffs)
-    mean = sum(diffs) / n
-    half = stats.t.ppf(0.975, n - 1) * stats.tstd(diffs) / n ** 0.5 if n > 1 else float("nan")
-    lines.append(f"| mean (95% t interval, n = {n}) | {sum(acc['random', s] for s in seeds) / n:.4f} | "
-                 f"{sum(acc['length_grouped', s] for s in seeds) / n:.4f} | {_signed(mean)} "
-                 f"[{_signed(mean - half)}, {_signed(mean + half)}] |")
+                     f"{_signed(acc['length_grouped', seed] - acc['random', seed])} |")
+    lines.append(f"| mean (95% t interval, n = {len(seeds)}) | {test_mean} |")
+    lines.append(f"| `val/acc_best`: mean (95% t interval) | {paired('val/acc_best')[2]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -335,6 +339,23 @@ def regenerate(text: str, root: Path = REPO_ROOT) -> str:
                       "<!-- end generated -->", text)
 
 
+#: a number quoted from a report in prose: four decimals (accuracies, paired Δ, interval ends), optionally signed
+QUOTED = re.compile(r"(?<![\d.])[+−-]?\d+\.\d{4}(?!\d)")
+
+
+def unsourced_prose_numbers(text: str) -> list[str]:
+    """Four-decimal numbers in the prose of a page with generated tables (not in a table row, a code block or a
+    generated block) that no generated block of the page contains: a report's number retyped by hand that
+    drifted from (or never came from) its source. Signs are compared as written (−0.0126 and -0.0126 match)."""
+    if not MARKER.search(text):
+        return []
+    generated = " ".join(m["body"] for m in MARKER.finditer(text)).replace("−", "-")
+    quoted = set(QUOTED.findall(generated))
+    prose = re.sub(r"```.*?```", "", MARKER.sub("", text), flags=re.S)
+    lines = [line for line in prose.splitlines() if not line.lstrip().startswith("|")]
+    return [n for line in lines for n in QUOTED.findall(line) if n.replace("−", "-") not in quoted]
+
+
 def sources_in(text: str) -> list[str]:
     return [m["source"] for m in MARKER.finditer(text)]
 
@@ -347,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     differ = False
     for path in markdown_files(args.root):
         old = path.read_text(encoding="utf-8")
+        stray = unsourced_prose_numbers(old)
+        if stray:
+            differ = True
+            print(f"{path}: numbers in the prose that no generated table of the page holds (quote them from the "
+                  f"table, or generate them): {', '.join(stray)}")
         new = regenerate(old, args.root)
         if new == old:
             continue

@@ -23,6 +23,7 @@ def test_every_generated_table_matches_its_source():
         text = path.read_text(encoding="utf-8")
         found += tables.sources_in(text)
         assert tables.regenerate(text) == text, f"{path}: run python scripts/readme_tables.py"
+        assert tables.unsourced_prose_numbers(text) == [], path
     # every result file in the repository with a renderer is shown somewhere (a table moved to docs/ keeps its
     # markers); a stage's report.csv that scripts/reproduce.py has not written yet has no table to show
     assert sorted(set(found)) == sorted(source for source in tables.RENDERERS if (REPO_ROOT / source).is_file())
@@ -51,7 +52,7 @@ def test_derived_columns_by_hand():
                                                                   {"name": "x", "time_ms": 231, "peak_mib": 264}]})
     assert cost.splitlines()[2] == "| b | 104 ms | 1.00 | 22.1 MiB | 1.00 |"
     assert cost.splitlines()[3] == "| x | 231 ms | 2.22 | 264 MiB | 11.9 |"  # 231/104, 264/22.1
-    runs = [{"batching": b, "seed": seed, "test/acc": acc}
+    runs = [{"batching": b, "seed": seed, "test/acc": acc, "val/acc_best": 0.5 + (seed == 1) * (b == "random") * 0.03}
             for b, values in (("random", (0.80, 0.81, 0.79)), ("length_grouped", (0.81, 0.83, 0.80)))
             for seed, acc in enumerate(values)]
     acc = tables.render_batching_accuracy({"runs": runs})
@@ -64,6 +65,25 @@ def test_derived_columns_by_hand():
                                      "| 2 | 0.7900 | 0.8000 | +0.0100 |"]
     assert acc.splitlines()[5] == (f"| mean (95% t interval, n = 3) | 0.8000 | 0.8133 | +{mean:.4f} "
                                    f"[{'+' if mean - half > 0 else '−'}{abs(mean - half):.4f}, +{mean + half:.4f}] |")
+    # val/acc_best: differences 0, −0.03, 0: mean −0.01, std 0.01·√3, half-width t·std/√3 = 4.3027·0.01
+    assert acc.splitlines()[6] == ("| `val/acc_best`: mean (95% t interval) | 0.5100 | 0.5000 | −0.0100 "
+                                   f"[−{0.01 + 4.302652729911275 * 0.01:.4f}, +{4.302652729911275 * 0.01 - 0.01:.4f}] |")
+
+
+def test_a_report_number_retyped_in_prose_must_be_in_a_generated_table(tmp_path):
+    """The audit's drifted numbers were in prose next to tables: on a page with generated tables, a four-decimal
+    number in the prose must appear in one of them (a paired Δ of −0.0126 retyped as −0.0162 fails)."""
+    page = ("Intro: the paired difference is −0.0126 [−0.0209, −0.0043].\n"
+            "<!-- generated: docs/results/x.csv -->\n| dot | −0.0126 [−0.0209, −0.0043] |\n<!-- end generated -->\n"
+            "```bash\npython x.py --lr 0.0003\n```\n| hand table | 0.7982 |\n")
+    assert tables.unsourced_prose_numbers(page) == []  # code blocks and table rows are not prose
+    assert tables.unsourced_prose_numbers(page.replace("is −0.0126", "is −0.0162")) == ["−0.0162"]
+    assert tables.unsourced_prose_numbers(page.replace("is −0.0126", "is -0.0126")) == []  # ASCII minus
+    assert tables.unsourced_prose_numbers("no tables here: 0.1234\n") == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text(page.replace("is −0.0126", "is −0.0162").replace(
+        "<!-- generated: docs/results/x.csv -->\n| dot | −0.0126 [−0.0209, −0.0043] |\n<!-- end generated -->\n", ""))
+    assert tables.main(["--check", "--root", str(tmp_path)]) == 0  # without generated tables there is no source
 
 
 def test_unknown_source_is_named():

@@ -101,6 +101,8 @@ def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
     dirs = {metrics["output_dir"] for metrics, _ in multirun.values()}
     assert len(run_ids) == len(dirs) == len(available())
     assert len(groups) == 1 and None not in groups
+    # of the documented form <task_name>-<sweep dir name> (docs/sweeps.md), so two sweeps are two groups
+    assert groups == {f"train-{Path(metrics['output_dir']).parent.name}" for metrics, _ in multirun.values()}
     # the run config names the group the run joined
     assert {run["config"]["logger"]["wandb"]["group"] for _, run in multirun.values()} == groups
 

@@ -171,12 +171,33 @@ def test_each_run_logs_its_maps_to_wandb(tiny_runs):
         assert (Path(metrics["wandb_run_dir"]) / "files" / image["filenames"][0]).stat().st_size > 5_000
 
 
-def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tmp_path):
+def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tmp_path, monkeypatch):
+    import attnbench.viz.attention_maps as maps_module
+
     spec = importlib.util.spec_from_file_location("report_viz", REPO_ROOT / "scripts" / "report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     out = tmp_path / "report"
+    drawn = []
+    original = maps_module.draw
+    monkeypatch.setattr(maps_module, "draw", lambda rows, *a, **kw: drawn.append((rows, original(rows, *a, **kw)))
+                        or drawn[-1][1])
     assert report.main([str(tiny_runs), "--out", str(out), "--wandb"]) == 0
+    # each heatmap of the report's figures is its run's (row label), sentence's (figure) and head's (column)
+    # float64 reference weights from the run's best checkpoint (tolerance as in
+    # test_each_heatmap_shows_its_own_layer_and_head)
+    assert len(drawn) >= 1
+    for s, (rows, fig) in enumerate(drawn):
+        heatmaps = [ax for ax in fig.axes if ax.images]
+        assert len(heatmaps) == len(rows) * 2  # model=tiny: one layer, two heads
+        for r, (label, _, _) in enumerate(rows):
+            run_dir = tiny_runs / label.split()[0]
+            ids = json.loads((run_dir / "attention_maps.json").read_text())["sentences"][s]["ids"]
+            model = maps_module.load_model(maps_module.best_checkpoint(run_dir))
+            reference = _reference_maps(model, torch.tensor([ids]))
+            for head in range(2):
+                image = torch.as_tensor(heatmaps[2 * r + head].images[0].get_array().data, dtype=torch.float64)
+                torch.testing.assert_close(image, reference[0][head], atol=1e-4, rtol=0, msg=f"{label} head {head}")
     markdown = (out / "report.md").read_text()
     assert "## Attention maps" in markdown and "![attention_maps_s1.png](attention_maps_s1.png)" in markdown
     assert (out / "attention_maps_s1.png").stat().st_size > 10_000

@@ -379,3 +379,89 @@ def test_an_interpolated_value_is_compared_resolved(tmp_path):
     by_data = dict(zip(jobs["data"], jobs["trainer.max_epochs"]))
     assert by_data == {"sst2": "3", "trec": "20"}
     assert (tmp_path / "out" / "pareto.png").is_file()
+
+
+# Accuracies chosen by hand: (data, attention) -> per-seed test/acc. The paired Δ to scaled_dot per dataset is
+# sst2: (0.77-0.80, 0.81-0.82) -> mean -0.02; trec: (0.66-0.60, 0.70-0.64) -> mean +0.06. Pooled across the two
+# datasets (the bug this pins) the means would be 0.715 (scaled_dot) / 0.735 (cosine) and Δ would not be these.
+_HAND_ACC = {("sst2", "scaled_dot"): (0.80, 0.82), ("sst2", "cosine"): (0.77, 0.81),
+             ("trec", "scaled_dot"): (0.60, 0.64), ("trec", "cosine"): (0.66, 0.70)}
+_HAND_DIFF = {("sst2", "cosine"): (-0.03, -0.01), ("trec", "cosine"): (0.06, 0.06)}
+
+
+def _bare_run(root: Path, name: str, acc: float, **info) -> Path:
+    """A run dir as copied without its .hydra/: metrics.json only, carrying what train.run_info records."""
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({**_metrics(acc), **info}))
+    return run
+
+
+@pytest.mark.parametrize("source", ["bare", "mixed", "hydra"])
+def test_runs_of_two_datasets_are_grouped_and_paired_per_dataset(tmp_path, source):
+    """Pins (breaker row 5, "statistics grouped over the wrong keys"): every setting a run records separates
+    its group, whether it is read from ``metrics.json`` (a run dir without ``.hydra/``: ``bare``), from
+    ``.hydra/config.yaml`` (``hydra``, no override names ``data``), or from both kinds at once (``mixed``: sst2
+    runs with ``.hydra/``, trec runs bare). ``data`` must be a swept key and each (data, attention) row's mean,
+    replicate count and paired Δ to scaled_dot must equal the hand computation above, per dataset."""
+    root = tmp_path / "runs"
+    for (data, attention), accs in _HAND_ACC.items():
+        for seed, acc in enumerate(accs):
+            name = f"{attention}-{data}-s{seed}"
+            if source == "bare" or (source == "mixed" and data == "trec"):
+                _bare_run(root, name, acc, attention=attention, data=data, seed=seed)
+            else:
+                _run(root, name, _config(attention, seed, data=data), [], _metrics(acc))
+    jobs, swept, fixed = report.read_runs([root])
+    assert "data" in swept and "attention" in swept and "data" not in fixed
+    table = report.summarise(jobs, swept)
+    assert len(table) == 4
+    for (data, attention), accs in _HAND_ACC.items():
+        row = table[(table["data"] == data) & (table["attention"] == attention)]
+        assert len(row) == 1, (data, attention, table[["data", "attention"]])
+        row = row.iloc[0]
+        assert row["n"] == 2
+        assert row["acc_mean"] == pytest.approx(sum(accs) / 2, abs=1e-12)
+        if attention == "scaled_dot":
+            assert row["diff_mean"] == pytest.approx(0.0, abs=1e-12) and row["diff_n"] == 2
+        else:
+            diffs = _HAND_DIFF[data, attention]
+            assert row["diff_n"] == 2
+            assert row["diff_mean"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
+
+
+@pytest.mark.parametrize("key,values", [
+    ("model.head_dim", (16, 64)), ("data.max_length", (64, 128)), ("data.tokenizer.kind", ("wordpiece", "bytes")),
+    ("trainer.max_steps", (150, 300)), ("optim.lr", (0.001, 0.0003)),
+])
+def test_every_config_setting_separates_groups(tmp_path, key, values):
+    """Pins (row 5's kind, generalised): any setting recorded in a run's ``.hydra/config.yaml`` that differs
+    between single runs (no multirun.yaml, no override naming it) is a swept key, and the means and paired Δ are
+    computed within each of its values: two settings x (scaled_dot, cosine) x 2 seeds with hand accuracies."""
+    root = tmp_path / "runs"
+    offsets = {values[0]: 0.0, values[1]: 0.1}  # the second setting's runs are 0.1 higher, cosine a further +d
+    deltas = {values[0]: -0.02, values[1]: 0.05}
+    for value in values:
+        for attention in ("scaled_dot", "cosine"):
+            for seed in (0, 1):
+                config = _config(attention, seed)
+                node = config
+                *parents, leaf = key.split(".")
+                for p in parents:
+                    node = node[p]
+                node[leaf] = value
+                acc = 0.7 + offsets[value] + 0.01 * seed + (deltas[value] + 0.001 * seed if attention == "cosine"
+                                                           else 0.0)
+                _run(root, f"{attention}-{value}-s{seed}", config, [], _metrics(acc))
+    jobs, swept, fixed = report.read_runs([root])
+    assert key in swept and key not in fixed
+    table = report.summarise(jobs, swept)
+    assert len(table) == 4
+    for value in values:
+        rows = table[table[key].astype(str) == report.format_setting(value)]
+        assert len(rows) == 2, (key, value, table)
+        base = rows[rows["attention"] == "scaled_dot"].iloc[0]
+        cos = rows[rows["attention"] == "cosine"].iloc[0]
+        assert base["acc_mean"] == pytest.approx(0.7 + offsets[value] + 0.005, abs=1e-12)
+        assert cos["diff_n"] == 2
+        assert cos["diff_mean"] == pytest.approx(deltas[value] + 0.0005, abs=1e-12)

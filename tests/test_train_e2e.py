@@ -77,6 +77,12 @@ def test_every_score_function_trains_and_logs(multirun, name):
     assert 0.0 <= summary["test/acc"] <= 1.0 and 0.0 <= summary["val/acc"] <= 1.0
     assert summary["train/tokens_per_sec"] > summary["train/samples_per_sec"] > 0
     assert summary["test/tokens_per_sec"] > 0 and summary["perf/peak_mem_bytes"] > 0
+    # counts against the run's own settings, not the dict: the SST-2 test split (872 rows) capped by
+    # max_eval_samples=128; 480 training rows in batches of 16 = 30 full steps, the first 5 (warm-up) not measured
+    assert metrics["test/samples"] == min(872, 128)
+    assert metrics["train/samples"] == (480 // 16 - 5) * 16
+    assert metrics["train/steps_per_sec"] * metrics["train/time_sec"] == pytest.approx(480 // 16 - 5, rel=1e-9)
+    assert 0 < metrics["train/time_sec"] < metrics["time/total_sec"]
     # the per-step throughput series from Lightning's ThroughputMonitor also reached W&B
     assert summary["train/device/items_per_sec"] > 0 and summary["train/device/samples_per_sec"] > 0
     # CSV log written next to it
@@ -101,6 +107,8 @@ def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
     dirs = {metrics["output_dir"] for metrics, _ in multirun.values()}
     assert len(run_ids) == len(dirs) == len(available())
     assert len(groups) == 1 and None not in groups
+    # of the documented form <task_name>-<sweep dir name> (docs/sweeps.md), so two sweeps are two groups
+    assert groups == {f"train-{Path(metrics['output_dir']).parent.name}" for metrics, _ in multirun.values()}
     # the run config names the group the run joined
     assert {run["config"]["logger"]["wandb"]["group"] for _, run in multirun.values()} == groups
 

@@ -171,12 +171,33 @@ def test_each_run_logs_its_maps_to_wandb(tiny_runs):
         assert (Path(metrics["wandb_run_dir"]) / "files" / image["filenames"][0]).stat().st_size > 5_000
 
 
-def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tmp_path):
+def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tmp_path, monkeypatch):
+    import attnbench.viz.attention_maps as maps_module
+
     spec = importlib.util.spec_from_file_location("report_viz", REPO_ROOT / "scripts" / "report.py")
     report = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(report)
     out = tmp_path / "report"
+    drawn = []
+    original = maps_module.draw
+    monkeypatch.setattr(maps_module, "draw", lambda rows, *a, **kw: drawn.append((rows, original(rows, *a, **kw)))
+                        or drawn[-1][1])
     assert report.main([str(tiny_runs), "--out", str(out), "--wandb"]) == 0
+    # each heatmap of the report's figures is its run's (row label), sentence's (figure) and head's (column)
+    # float64 reference weights from the run's best checkpoint (tolerance as in
+    # test_each_heatmap_shows_its_own_layer_and_head)
+    assert len(drawn) >= 1
+    for s, (rows, fig) in enumerate(drawn):
+        heatmaps = [ax for ax in fig.axes if ax.images]
+        assert len(heatmaps) == len(rows) * 2  # model=tiny: one layer, two heads
+        for r, (label, _, _) in enumerate(rows):
+            run_dir = tiny_runs / label.split()[0]
+            ids = json.loads((run_dir / "attention_maps.json").read_text())["sentences"][s]["ids"]
+            model = maps_module.load_model(maps_module.best_checkpoint(run_dir))
+            reference = _reference_maps(model, torch.tensor([ids]))
+            for head in range(2):
+                image = torch.as_tensor(heatmaps[2 * r + head].images[0].get_array().data, dtype=torch.float64)
+                torch.testing.assert_close(image, reference[0][head], atol=1e-4, rtol=0, msg=f"{label} head {head}")
     markdown = (out / "report.md").read_text()
     assert "## Attention maps" in markdown and "![attention_maps_s1.png](attention_maps_s1.png)" in markdown
     assert (out / "attention_maps_s1.png").stat().st_size > 10_000
@@ -244,3 +265,65 @@ def test_a_long_title_fits_a_narrow_figure():
     assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
     words = fig._suptitle.get_text().split()
     assert words == title.split()  # wrapped, nothing dropped
+
+
+def _reference_maps(module, ids):
+    """Every layer's weights for one unpadded sentence, in float64, independently of attention_weights: the
+    float64 copy's layer inputs (a forward pre-hook), the q/k heads from qkv_proj's weights by hand, the score
+    function's ``reference_scores`` (its formula pair by pair) and a plain softmax. One H×L×L tensor per layer."""
+    import copy
+
+    model = copy.deepcopy(module).double().eval()
+    layers = [m for m in model.modules() if hasattr(m, "score_fn") and hasattr(m, "qkv_proj")]
+    inputs = {}
+    handles = [layer.register_forward_pre_hook(lambda mod, args, i=i: inputs.__setitem__(i, args[0]))
+               for i, layer in enumerate(layers)]
+    with torch.no_grad():
+        model(ids, torch.zeros_like(ids, dtype=torch.bool))
+        maps = []
+        for i, layer in enumerate(layers):
+            x = inputs[i]
+            qkv = x @ layer.qkv_proj.weight.T + layer.qkv_proj.bias
+            d = qkv.shape[-1] // 3
+            h = layer.score_fn.n_heads
+            q, k = (qkv[..., j * d:(j + 1) * d].view(1, ids.shape[1], h, d // h).transpose(1, 2) for j in (0, 1))
+            maps.append(torch.softmax(layer.score_fn.reference_scores(q, k), dim=-1)[0])
+    for handle in handles:
+        handle.remove()
+    return maps
+
+
+@pytest.mark.parametrize("attention", ["scaled_dot", "additive", "cosine"])
+def test_each_heatmap_shows_its_own_layer_and_head(tmp_path, monkeypatch, attention):
+    """Pins (breaker row 10, "per-head / per-layer dependence dropped"): in the figure the callback draws, the
+    image of row r, column (layer, head) equals the float64 reference weights of that sentence, layer and head
+    (``reference_scores`` + softmax, :func:`_reference_maps`), within 1e-4: the float32 model's rounding, measured
+    up to 2.9e-5 (additive, layer 1, after layer 0's float32 error; 2e-6 in layer 0; the same path in float64
+    agrees to 3e-8); and the heads of
+    a layer, and the layers, show different maps (they differ by > 0.05 here), so drawing one head or one layer
+    everywhere fails."""
+    import attnbench.viz.attention_maps as maps_module
+
+    figures = []
+    original = maps_module.draw
+    monkeypatch.setattr(maps_module, "draw", lambda *a, **kw: figures.append(original(*a, **kw)) or figures[-1])
+    module = _module(attention, n_layers=2)
+    AttentionMapLogger(n_sentences=2, min_tokens=5, max_tokens=16).draw(_trainer(tmp_path), module)
+    (fig,) = figures
+    heatmaps = [ax for ax in fig.axes if ax.images]
+    sentences = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15]]  # the rows of _trainer's split the probe picks
+    n_layers, n_heads = 2, 2
+    assert len(heatmaps) == len(sentences) * n_layers * n_heads
+    for r, ids in enumerate(sentences):
+        reference = _reference_maps(module, torch.tensor([ids]))
+        drawn = {}
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                ax = heatmaps[r * n_layers * n_heads + layer * n_heads + head]
+                image = torch.as_tensor(ax.images[0].get_array().data, dtype=torch.float64)
+                assert image.shape == (len(ids), len(ids))
+                torch.testing.assert_close(image, reference[layer][head], atol=1e-4, rtol=0,
+                                           msg=f"{attention} sentence {r} layer {layer} head {head}")
+                drawn[layer, head] = image
+        assert (drawn[0, 0] - drawn[0, 1]).abs().max() > 0.05 and (drawn[1, 0] - drawn[1, 1]).abs().max() > 0.05
+        assert (drawn[0, 0] - drawn[1, 0]).abs().max() > 0.05

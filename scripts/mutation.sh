@@ -14,6 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"  # one torch thread per mutant worker: parallelism comes from --max-children
+# The tests run inside mutants/, one folder below the repository, where tests/conftest.py's default data folder
+# (<repo>/../shared/data) points elsewhere: pass the repository's default on, and stop before mutmut starts when the
+# data is missing (the clean-test run would fail, and a failed stats run makes mutmut drop its cached results).
+export ATTNBENCH_DATA_DIR="${ATTNBENCH_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+if [ ! -f "$ATTNBENCH_DATA_DIR/sst2/train.parquet" ]; then
+    echo "scripts/mutation.sh: real data not found at $ATTNBENCH_DATA_DIR; set ATTNBENCH_DATA_DIR to the folder with sst2/, imdb/, trec/" >&2
+    exit 2
+fi
 if [ "${FRESH:-0}" = 1 ]; then rm -rf mutants; fi
 start=$(date +%s)
 mutmut run "$@"

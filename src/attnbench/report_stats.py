@@ -76,8 +76,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     setting_keys = [k for k in variant_keys if k != "attention"]
     rows = []
     groups = done.groupby(variant_keys, sort=False, dropna=False) if variant_keys else [((), done)]
-    for key, group in groups:
-        key = key if isinstance(key, tuple) else (key,)
+    for key, group in groups:  # key: a tuple (pandas >= 2 gives tuple keys when grouping by a list)
         row: dict[str, Any] = dict(zip(variant_keys, key))
         halted = group[stopped[group.index]]
         group_complete = group[~stopped[group.index]]
@@ -103,9 +102,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row["n_stopped"] = len(halted)
         row["steps_done"] = row["steps_planned"] = row["extrapolated_sec"] = math.nan
         if len(halted):
-            missing = pd.Series(math.nan, index=halted.index)
-            numbers = {k: pd.to_numeric(halted.get(k, missing), errors="coerce")
-                       for k in ("train/steps_done", "train/steps_planned", "train/steps_per_sec")}
+            # a column no stopped run has (steps_planned where the budget was not known) reads as all NaN
+            numbers = halted.reindex(columns=["train/steps_done", "train/steps_planned", "train/steps_per_sec"])
+            numbers = numbers.apply(pd.to_numeric, errors="coerce")
             row["steps_done"] = numbers["train/steps_done"].mean()
             row["steps_planned"] = numbers["train/steps_planned"].mean()
             row["extrapolated_sec"] = (numbers["train/steps_planned"] / numbers["train/steps_per_sec"]).mean()

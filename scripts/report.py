@@ -70,6 +70,7 @@ from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci
     headline,
     mean_ci,
     split_settings,
+    stopped_runs,
     summarise,
 )
 
@@ -455,9 +456,7 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     measured seconds per training step, measured training time, the extrapolated time of the whole budget
     (planned steps / measured steps per second; training steps only) and the test accuracy at the stop, marked
     as not final. Empty when no run stopped."""
-    if "stopped_by" not in jobs:
-        return ""
-    stopped = jobs[(jobs["status"] == STATUS_OK) & jobs["stopped_by"].map(lambda v: isinstance(v, str) and v != "")]
+    stopped = jobs[(jobs["status"] == STATUS_OK) & stopped_runs(jobs)]
     if stopped.empty:
         return ""
     headers = ["job", *swept, "stopped by", "steps done / planned", "s/step (measured)", "training time (measured)",

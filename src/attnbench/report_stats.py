@@ -71,7 +71,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     if "_batch_size" in done and "train/samples_per_sec" in done:
         derived = done["train/samples_per_sec"] / pd.to_numeric(done["_batch_size"], errors="coerce")
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
-    stopped = _stopped(done)
+    stopped = stopped_runs(done)
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
     setting_keys = [k for k in variant_keys if k != "attention"]
     rows = []
@@ -112,8 +112,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     return pd.DataFrame(rows)
 
 
-def _stopped(jobs: pd.DataFrame) -> pd.Series:
-    """Which jobs a wall-time cap stopped before their budget: ``stopped_by`` (``metrics.json``) set."""
+def stopped_runs(jobs: pd.DataFrame) -> pd.Series:
+    """Which jobs a wall-time cap stopped before their budget: ``stopped_by`` (``metrics.json``) set to a
+    non-empty string (``max_time``); a bool Series on ``jobs``' index, all False without the column."""
     if "stopped_by" not in jobs:
         return pd.Series(False, index=jobs.index)
     return jobs["stopped_by"].map(lambda v: isinstance(v, str) and v != "")

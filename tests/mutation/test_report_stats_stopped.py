@@ -4,7 +4,7 @@ Fast in-process twins of the end-to-end ``tests/test_max_time.py``: a job table 
 builds it from ``metrics.json`` (``stopped_by``: ``"max_time"`` when the cap stopped the fit, ``null`` when
 it did not, absent in files written before the key existed; ``train/steps_done``, ``train/steps_planned``,
 ``train/steps_per_sec``), and every expected number computed by hand in the comment next to it.
-Written to kill the mutants of ``_stopped`` and the cost columns of ``summarise`` that survived
+Written to kill the mutants of ``stopped_runs`` and the cost columns of ``summarise`` that survived
 ``scripts/mutation.sh`` (docs/mutation.md).
 """
 

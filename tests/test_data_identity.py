@@ -113,7 +113,7 @@ def build(cache: Path, **data: Any) -> tuple[Path, bool, dict]:
     """Build the cache of ``data`` (toy defaults below) in ``cache``: (its folder, whether it was a hit, what it
     holds: the vocabulary, every split's token ids, labels and source rows, and the label names)."""
     args = {"name": "toy", "hub_id": None, "local_dir": None, "cache_dir": str(cache), "val_size": 4,
-            "max_length": 16, "tokenizer": {"vocab_size": 200, "min_frequency": 1}, **data}
+            "max_length": 16, "tokenizer": {"vocab_size": 120, "min_frequency": 1}, **data}
     module = TextClassificationDataModule(**args)
     module.prepare_data()
     folder = module.cache_dir
@@ -162,7 +162,8 @@ def test_a_data_file_edited_in_place_is_rebuilt(tmp_path, fmt):
 
 # ------------------------------------------------------------------------ every setting: key vs built data
 # Settings in the cache key that change what is built: (base overrides, the changed value). The base is the
-# toy: train.csv/test.csv, validation carved (val_size 4), max_length 16, WordPiece 200, min_frequency 1.
+# toy: train.csv/test.csv, validation carved (val_size 4), max_length 16, WordPiece 120 (its corpus has 150:
+# the size binds), min_frequency 1.
 CHANGES = {
     "data_files": ({}, "train2"),  # another file as train
     "text_column": ({}, "text2"),
@@ -218,7 +219,7 @@ def overrides(files: dict[str, str], base: dict, key: str | None = None, value: 
     if key == "data_files":
         data["data_files"] = {**data["data_files"], "train": files[value]}
     elif key.startswith("tokenizer."):
-        data["tokenizer"] = {"vocab_size": 200, "min_frequency": 1, key.split(".", 1)[1]: value}
+        data["tokenizer"] = {"vocab_size": 120, "min_frequency": 1, key.split(".", 1)[1]: value}
     else:
         data[key] = value
     return data

@@ -181,7 +181,7 @@ CHANGES = {
     "tokenizer.kind": ({}, "byte_bpe"),
     "tokenizer.vocab_size": ({}, 60),
     "tokenizer.lowercase": ({}, False),
-    "tokenizer.min_frequency": ({}, 3),
+    "tokenizer.min_frequency": ({"tokenizer": {"vocab_size": 5000, "min_frequency": 1}}, 2),  # a size that does not bind: all merges
 }
 # Settings in the key that name where or what the data is without changing these rows (over-keying costs a
 # rebuild, never a stale cache), with why.
@@ -219,7 +219,8 @@ def overrides(files: dict[str, str], base: dict, key: str | None = None, value: 
     if key == "data_files":
         data["data_files"] = {**data["data_files"], "train": files[value]}
     elif key.startswith("tokenizer."):
-        data["tokenizer"] = {"vocab_size": 120, "min_frequency": 1, key.split(".", 1)[1]: value}
+        data["tokenizer"] = {"vocab_size": 120, "min_frequency": 1, **base.get("tokenizer", {}),
+                             key.split(".", 1)[1]: value}
     else:
         data[key] = value
     return data

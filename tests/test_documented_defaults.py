@@ -126,9 +126,17 @@ def walk(node: Any, parts: list[str]) -> Any:
 
 
 def code_value(source: str, key: str, documented: Any) -> Any:
-    """The value of ``key`` in ``source`` (``train``, ``data=<preset>``, ``model=<preset>``, ``OptimConfig``,
-    ``CompileConfig``, ``DataConfig``); an interpolation (``${oc.env:...}``) is compared as written."""
-    if source == "train" or re.fullmatch(r"(data|model)=\w+", source):
+    """The value of ``key`` in ``source`` (``train``, ``<group>=<option>``, ``OptimConfig``, ``CompileConfig``,
+    ``DataConfig``, or ``attnbench.<module>.<Class>``: its keyword default); an interpolation
+    (``${oc.env:...}``) is compared as written."""
+    if source.startswith("attnbench."):  # a class's (or function's) keyword default: the Python API
+        import importlib
+        import inspect
+
+        module, _, name = source.rpartition(".")
+        parameter = inspect.signature(getattr(importlib.import_module(module), name)).parameters.get(key.split(".")[-1])
+        return _ABSENT if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+    if source == "train" or re.fullmatch(r"(data|model|attention|trainer|callbacks|logger)=\w+", source):
         cfg = composed(None if source == "train" else source)
         container = OmegaConf.to_container(cfg, resolve=False)
         raw = walk(container, key.split("."))
@@ -139,7 +147,7 @@ def code_value(source: str, key: str, documented: Any) -> Any:
     classes = {"OptimConfig": ("optim", run_config.OptimConfig), "CompileConfig": ("compile", run_config.CompileConfig),
                "DataConfig": ("data", lambda: DataConfig(name="x"))}
     if source not in classes:
-        raise AssertionError(f"unknown 'holds for' {source!r}: use train, data=<preset>, model=<preset>, "
+        raise AssertionError(f"unknown 'holds for' {source!r}: use train, <group>=<option>, attnbench.<module>.<Class>, "
                              f"{', '.join(classes)}")
     want, make = classes[source]
     assert section == want, f"{key}: {source} holds only {want}.* keys"

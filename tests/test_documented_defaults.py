@@ -93,6 +93,11 @@ def documented_defaults() -> list[Row]:
 
 ROWS = documented_defaults()
 PROSE = re.compile(r"`([A-Za-z_][\w]*(?:\.[\w]+)+|seed)`\s+\(default\s+`?([^`)]+?)`?\)")
+# the same claim written as an override: "the default is now `data.batching=length_grouped`",
+# "`optim.impl=fused` (**the default now**)", "default: `model=small`" (a config group's option)
+PROSE_OVERRIDE = re.compile(r"the\s+default\s+is\s+(?:now\s+)?`([\w.]+)=([^`\s]+)`"
+                            r"|`([\w.]+)=([^`\s]+)`\s+\(\*\*the\s+default"
+                            r"|default:\s+`(\w+)=(\w+)`")
 
 
 def prose_defaults() -> list[tuple[str, int, str, str]]:
@@ -103,6 +108,9 @@ def prose_defaults() -> list[tuple[str, int, str, str]]:
         for match in PROSE.finditer(text):
             found.append((path.relative_to(REPO_ROOT).as_posix(), text.count("\n", 0, match.start()) + 1,
                           match.group(1), match.group(2).strip()))
+        for match in PROSE_OVERRIDE.finditer(text):
+            key, value = [g for g in match.groups() if g is not None]
+            found.append((path.relative_to(REPO_ROOT).as_posix(), text.count("\n", 0, match.start()) + 1, key, value))
     return found
 
 
@@ -190,14 +198,20 @@ def test_the_defaults_tables_cover_every_optim_and_compile_key_and_the_named_one
 
 def test_every_default_stated_in_prose_is_in_a_defaults_table():
     """A sentence ``\\`key\\` (default value)`` anywhere in README.md or docs/*.md (e.g. docs/data.md's
-    ``data.megabatch_size`` (default 50)) has a row of that key with that value in a defaults table, which
-    the test above compares with the code."""
+    ``data.megabatch_size`` (default 50)), or the same claim as an override (docs/running.md's "the default is
+    now ``data.batching=length_grouped``", docs/cost.md's "``optim.impl=fused`` (**the default now**)", README's
+    "default: ``model=small``"), has a row of that key with that value holding for ``train`` in a defaults table, which the test
+    above compares with the code (a config group's option: with what ``python train.py`` composes)."""
     prose = prose_defaults()
     assert {"data.megabatch_size", "callbacks.last_checkpoint.every_n_train_steps",
-            "callbacks.attention_diagnostics.every_n_steps"} <= {k for _, _, k, _ in prose}, prose
+            "callbacks.attention_diagnostics.every_n_steps", "data.batching", "optim.impl", "model"
+            } <= {k for _, _, k, _ in prose}, prose
     table = {}
-    for r in ROWS:
-        table.setdefault(r.key, []).append(r.value)
+    for r in ROWS:  # prose states what `python train.py` runs with
+        if "train" in r.holds_for:
+            table.setdefault(r.key, []).append(r.value)
+    for group, option in composed().hydra.runtime.choices.items():  # `model=small`: the group's default
+        table.setdefault(group, []).append(option)
     wrong = [f"{doc}:{line}: `{key}` (default {text}) but the defaults tables say {table.get(key, 'nothing')}"
              for doc, line, key, text in prose if literal(text) not in table.get(key, [])]
     assert not wrong, "\n".join(wrong)

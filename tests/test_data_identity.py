@@ -265,3 +265,31 @@ def test_identity_settings_are_in_the_key(toy, tmp_path):
     first, _, before = build(tmp_path, **overrides(files, {}))
     other, hit, after = build(tmp_path, **overrides(files, {}, "name", "toy2"))
     assert hit is False and other != first and after == before
+
+
+def test_a_same_size_edit_of_the_labels_is_rebuilt(tmp_path):
+    """An in-place edit that keeps the file's size and row count (every label flipped, one byte for one byte)
+    is still another source: a cache miss whose built labels are the flipped ones."""
+    frame = toy_frame()
+    files = write_files(tmp_path / "files", frame)
+    data = {"data_files": {s: files[s] for s in ("train", "test")}}
+    first, _, before = build(tmp_path / "cache", **data)
+    size = Path(files["train"]).stat().st_size
+    write_files(tmp_path / "files", frame.assign(label=1 - frame["label"]))
+    assert Path(files["train"]).stat().st_size == size
+    second, hit, after = build(tmp_path / "cache", **data)
+    assert hit is False and second != first
+    assert after["test"][1] == [1 - y for y in before["test"][1]] and after["test"][0] == before["test"][0]
+
+
+def test_the_mirror_layouts_folder_and_name_pick_the_data_and_are_in_the_key(tmp_path):
+    """``data.local_dir`` and ``data.name`` choose the Parquet files (``<local_dir>/<name>/<split>.parquet``):
+    another folder or name with other rows is another cache with other data, never the first one's."""
+    write_files(tmp_path / "a" / "toy", toy_frame(seed=0), "parquet")
+    write_files(tmp_path / "b" / "toy", toy_frame(seed=1), "parquet")
+    write_files(tmp_path / "a" / "toy2", toy_frame(seed=2), "parquet")
+    cache = tmp_path / "cache"
+    first, _, base = build(cache, local_dir=str(tmp_path / "a"), hub_id="nobody/toy")
+    for other in ({"local_dir": str(tmp_path / "b")}, {"local_dir": str(tmp_path / "a"), "name": "toy2"}):
+        folder, hit, held = build(cache, **{"local_dir": str(tmp_path / "a"), "hub_id": "nobody/toy", **other})
+        assert hit is False and folder != first and held != base, other

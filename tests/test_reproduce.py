@@ -59,6 +59,22 @@ def test_jobs_share_a_time_estimate_exactly_when_they_differ_only_in_seed(plans,
         assert (a.estimate_key == b.estimate_key) == same_setting, (a.overrides, b.overrides)
 
 
+def test_the_expected_duration_divides_the_training_jobs_by_jobs_at_once_but_not_the_benchmarks(tmp_path, capsys):
+    """--jobs N: the training stages' estimates (hand values here) are divided by N; the cost benchmarks, which
+    run alone afterwards, are not; a finished job counts nothing."""
+    jobs = [reproduce.Job("compare", {"attention": a, "seed": "0"}, tmp_path / "compare" / f"{a}-s0")
+            for a in ("dot", "additive", "cosine")]
+    (jobs[2].run_dir).mkdir(parents=True)
+    (jobs[2].run_dir / "metrics.json").write_text("{}")  # done
+    table = {jobs[0].estimate_key: 100.0, jobs[1].estimate_key: 300.0, jobs[2].estimate_key: 5000.0,
+             "cost/attention": 60.0, "cost/train_throughput": 40.0}
+    assert reproduce.print_plan(jobs, table, ["compare", "cost"], tmp_path, n_jobs=1) == 100 + 300 + 60 + 40
+    assert reproduce.print_plan(jobs, table, ["compare", "cost"], tmp_path, n_jobs=2) == (100 + 300) / 2 + 60 + 40
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("expected duration: 5 min 00 s") and "2 training jobs at once" in out[-1]
+    assert next(line for line in reversed(out) if line.startswith("compare")).split()[1:5] == ["3", "1", "0", "2"]
+
+
 def test_measured_seconds_are_the_median_of_whole_finished_runs():
     def entry(key, status="done", **extra):
         return {"estimate_key": key, "status": status, **extra}

@@ -29,7 +29,8 @@ Plots (PNG, next to ``report.md``):
 - ``pareto.png``: test accuracy vs training tokens/s per setting, with the
   Pareto front (no variant both faster and more accurate);
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
-- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept);
+- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
+  score function per setting of the other swept keys (e.g. per dataset);
 - ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
   ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 

@@ -128,3 +128,25 @@ def test_bench_train_attnbench_vs_bare_takes_the_best_of_each_side(monkeypatch):
     out = bench.main(["--model", "tiny", "--steps", "4", "--warmup", "1", "--repeats", "3"])
     assert out["attnbench"] == 1000.0 and out["bare"] == 1250.0
     assert abs(out["ratio"] - 0.8) < 1e-12
+
+
+def test_bench_train_variants_take_the_best_rate_and_the_median_first_step(monkeypatch):
+    """`--variants`: per variant the best (largest) tokens/s of its runs and the median first-step time, whatever
+    the order the interleaved runs came in (hand values: rates 100, 300, 200 -> 300; 400, 350, 500 -> 500; first
+    steps 0.3, 0.1, 0.2 s -> 0.2; 1.0, 3.0, 2.0 s -> 2.0)."""
+    import types
+
+    bench = _script("bench_train")
+    script = iter([(100.0, 0.3), (400.0, 1.0), (300.0, 0.1), (350.0, 3.0), (200.0, 0.2), (500.0, 2.0)])
+
+    def run(cfg, dm, steps, warmup, log_dir, attention=None, extra_callbacks=()):
+        rate, first = next(script)
+        extra_callbacks[0].seconds = first
+        return rate
+
+    monkeypatch.setattr(bench, "_datamodule", lambda cfg: types.SimpleNamespace())
+    monkeypatch.setattr(bench, "lightning_run", run)
+    out = bench.main(["--model", "tiny", "--steps", "4", "--warmup", "1", "--repeats", "3",
+                      "--variants", "optim.impl=for_loop;optim.impl=fused"])
+    assert out["optim.impl=for_loop"]["tokens_per_sec"] == 300.0 and out["optim.impl=fused"]["tokens_per_sec"] == 500.0
+    assert out["optim.impl=for_loop"]["first_step_sec"] == 0.2 and out["optim.impl=fused"]["first_step_sec"] == 2.0

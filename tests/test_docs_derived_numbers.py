@@ -20,6 +20,11 @@ from .conftest import REPO_ROOT
 DOCS = sorted((REPO_ROOT / "docs").glob("*.md")) + [REPO_ROOT / "README.md"]
 
 
+def cells_of(line: str) -> list[str]:
+    """A Markdown table row's cells (an escaped ``\\|`` stays inside its cell)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+
 def hand_tables() -> list[tuple[str, list[str], list[tuple[int, list[str]]]]]:
     """(file:line, header cells, [(line, cells)]) of every Markdown table outside ``<!-- generated -->`` blocks."""
     out = []
@@ -34,10 +39,10 @@ def hand_tables() -> list[tuple[str, list[str], list[tuple[int, list[str]]]]]:
                 generated = False
             if (not generated and lines[i].startswith("|") and i + 1 < len(lines)
                     and re.match(r"\|(-+\|)+$", lines[i + 1].replace(" ", ""))):
-                header = [c.strip() for c in lines[i].strip("|").split("|")]
+                header = cells_of(lines[i])
                 rows, j = [], i + 2
                 while j < len(lines) and lines[j].startswith("|"):
-                    rows.append((j + 1, [c.strip() for c in lines[j].strip("|").split("|")]))
+                    rows.append((j + 1, cells_of(lines[j])))
                     j += 1
                 out.append((f"{path.relative_to(REPO_ROOT)}:{i + 1}", header, rows))
                 i = j
@@ -117,3 +122,46 @@ def test_padded_over_useful_mfu_is_padded_over_useful_flops(where, header, rows)
         hi = (padded + 0.05) / (useful - 0.05) * 1.01
         assert lo <= (p_flops / u_flops) <= hi, f"{where}: line {line}: MFU {useful}% ({padded}%) vs FLOPs " \
                                                  f"{p_flops} / {u_flops}"
+
+
+def test_the_head_dim_prose_is_its_own_tables():
+    """docs/results.md's head_dim_sweep_cpu paragraph quotes the two tables above it (their runs are not in the
+    repository): every range is recomputed from the tables' cells at d_k >= 128 (the unscaled scores `dot` and
+    `general` against `scaled_dot`), rounded half-up from the printed cells as a reader would."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    def fmt(x: str | float, places: str) -> str:
+        return str(Decimal(str(x)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+
+    path = REPO_ROOT / "docs" / "results.md"
+    tables = {header[0]: {cells[0].replace("\\|", "|"): cells[1:] for _, cells in rows}
+              for where, header, rows in hand_tables() if where.startswith("docs/results.md")}
+    acc, diag = tables["test acc"], tables["diagnostics after training"]
+    big = [3, 4]  # d_k = 128, 256
+    unscaled = ("`dot`", "`general`")
+    base = [float(acc["`scaled_dot`"][i]) for i in big]
+    assert base[0] == base[1]
+    loss = [base[0] - float(acc[a][i]) for a in unscaled for i in big]
+    logits = [float(diag[f"{a} max |score|"][i]) for a in unscaled for i in big]
+    sat = [float(diag[f"{a} saturated rows"][i]) for a in unscaled for i in big]
+    ent = [float(diag[f"{a} entropy (norm.)"][i]) for a in unscaled for i in big]
+    dot = sorted(float(acc["`dot`"][i]) for i in big)
+    general = sorted(float(acc["`general`"][i]) for i in big)
+    scaled_score = max(float(x) for x in diag["`scaled_dot` max |score|"])
+    scaled_ent = min(float(x) for x in diag["`scaled_dot` entropy (norm.)"])
+    additive = [acc["`additive`"][i] for i in big]
+    claims = [
+        f"lose {fmt(min(loss) * 100, '0.1')}\u2013{fmt(max(loss) * 100, '0.1')} points against `scaled_dot` "
+        f"({fmt(dot[0], '0.001')}\u2013{fmt(dot[1], '0.001')} and {fmt(general[0], '0.001')}\u2013"
+        f"{fmt(general[1], '0.001')} against {fmt(base[0], '0.001')})",
+        f"grow to {fmt(min(logits), '1')}\u2013{fmt(max(logits), '1')}, "
+        f"{fmt(min(sat) * 100, '1')}\u2013{fmt(max(sat) * 100, '1')}% of the attention rows",
+        f"collapses to {fmt(min(ent), '0.01')}\u2013{fmt(max(ent), '0.01')}",
+        f"keeps max |score| \u2264 {scaled_score}, no saturated row and entropy \u2265 {fmt(scaled_ent, '0.01')}",
+        f"({fmt(additive[0], '0.001')} and {fmt(additive[1], '0.001')})",
+    ]
+    text = " ".join(path.read_text().split())
+    for claim in claims:
+        assert claim in text, claim
+    assert all(float(x) == 0 for x in diag["`scaled_dot` saturated rows"])
+    assert all(float(additive[k]) > float(acc["`dot`"][i]) for k, i in enumerate(big))  # "beats unscaled dot"

@@ -165,3 +165,42 @@ def test_the_head_dim_prose_is_its_own_tables():
         assert claim in text, claim
     assert all(float(x) == 0 for x in diag["`scaled_dot` saturated rows"])
     assert all(float(additive[k]) > float(acc["`dot`"][i]) for k, i in enumerate(big))  # "beats unscaled dot"
+
+
+def test_the_long_context_table_and_prose_are_their_own_columns():
+    """docs/results.md's long_context_cpu table (hand-typed; its runs are not in the repository): each
+    "(x scaled_dot)" is the row's tokens/s over scaled_dot's at that n, "n=1024 / n=512 time per step" is
+    steps/s at 512 over steps/s at 1024; the bullets below it quote these cells (ranges recomputed here)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    def fmt(x: str | float, places: str) -> str:
+        return str(Decimal(str(x)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+
+    (where, header, rows), = [t for t in hand_tables() if t[0].startswith("docs/results.md")
+                              and "n=1024 / n=512 time per step" in t[1]]
+    table = {cells[0].strip("`"): cells[1:] for _, cells in rows}
+    col = {h: i - 1 for i, h in enumerate(header)}
+    steps = {a: (float(c[col["n=512: steps/s"]]), float(c[col["n=1024: steps/s"]])) for a, c in table.items()}
+    tok = {a: tuple(numbers(c[col[f"n={n}: train tok/s (× scaled_dot)"]]) for n in (512, 1024))
+           for a, c in table.items()}
+    per_step = {a: numbers(c[col["n=1024 / n=512 time per step"]])[0] for a, c in table.items()}
+    for a in table:
+        for k in (0, 1):
+            rate, shown = tok[a][k]
+            assert abs(shown - rate / tok["scaled_dot"][k][0]) <= 0.0005 + 1e-9, (where, a, k)
+        assert abs(per_step[a] - steps[a][0] / steps[a][1]) <= 0.05 + 1e-9, (where, a)
+    gemm = ("scaled_dot", "dot", "general", "euclidean", "cosine")
+    shown = [tok[a][k][1] for a in gemm for k in (0, 1)]
+    others = [per_step[a] for a in table if a != "l2"]
+    slower = [tok["scaled_dot"][k][0] / tok["additive"][k][0] for k in (0, 1)]
+    assert all(round(s, -1) == 70 for s in slower), slower  # "1/70 of scaled_dot's speed at both lengths"
+    claims = [
+        f"({fmt(steps['additive'][0], '0.01')} vs {fmt(steps['scaled_dot'][0], '0.1')} steps/s at n = 512; "
+        f"{fmt(steps['additive'][1], '0.001')} vs {fmt(steps['scaled_dot'][1], '0.01')} at n = 1024)",
+        f"falls from {fmt(tok['l2'][0][1], '0.01')}× to {fmt(tok['l2'][1][1], '0.01')}× as n doubles: its time "
+        f"per step grows {per_step['l2']:.0f}×, the others' {min(others)}–{max(others)}×",
+        f"within {fmt(min(shown), '0.01')}–{fmt(max(shown), '0.01')}× of `scaled_dot` at both lengths",
+    ]
+    text = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    for claim in claims:
+        assert claim in text, claim

@@ -204,3 +204,27 @@ def test_the_long_context_table_and_prose_are_their_own_columns():
     text = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
     for claim in claims:
         assert claim in text, claim
+
+
+def test_the_thread_scaling_prose_is_its_tables_columns():
+    """docs/cost.md: "Two threads give 1.32x ... (28,221 / 21,371) and 1.43x with random ones ... the GEMM peak
+    itself scales 1.96x" and "the same command gave random 6,124 and length_grouped 16,025 tokens/s (2.62x)":
+    each quotient recomputed from the 1- and 2-thread table rows (and the sentence's own figures)."""
+    (where, header, rows), = [t for t in hand_tables() if t[0].startswith("docs/cost.md")
+                              and t[1][0] == "threads"]
+    by = {cells[0]: cells for _, cells in rows}
+    rnd, grp = header.index("`random` tokens/s (runs)"), header.index("`length_grouped` tokens/s (runs)")
+    peak = header.index("GEMM peak")
+    first = {t: (numbers(by[t][rnd])[0], numbers(by[t][grp])[0], numbers(by[t][peak])[0]) for t in ("1", "2")}
+    text = " ".join((REPO_ROOT / "docs" / "cost.md").read_text().split())
+    g1, g2 = first["1"][1], first["2"][1]
+    claims = [
+        f"Two threads give {g2 / g1:.2f}× the tokens/s of one with length-grouped batches ({g2:,.0f} / {g1:,.0f}) "
+        f"and {first['2'][0] / first['1'][0]:.2f}× with random ones",
+        f"the GEMM peak itself scales {first['2'][2] / first['1'][2]:.2f}×",
+    ]
+    m = re.search(r"`random` ([\d,]+) and `length_grouped` ([\d,]+) tokens/s \(([\d.]+)×\)", text)
+    assert m, "the quiet-machine sentence"
+    assert f"{float(m.group(2).replace(',', '')) / float(m.group(1).replace(',', '')):.2f}" == m.group(3)
+    for claim in claims:
+        assert claim in text, claim

@@ -322,6 +322,28 @@ def _dispatch(args: argparse.Namespace) -> dict:
     return {**best, "ratio": ratio}
 
 
+def batching_row(rate: float, flops: dict[str, float], n_batches: int, peak: float) -> dict[str, float]:
+    """One row of ``--batching``: the per-step figures and MFU from a measured rate and the timed batches' counts.
+
+    ``rate``: non-padding tokens per second (best run); ``flops``: :func:`flops_of_batches` over the ``n_batches``
+    timed batches (``tokens``, ``positions``, ``useful_flops``, ``padded_flops``, summed over those batches);
+    ``peak``: FLOP/s that MFU divides by. Steps/s = rate / (tokens per step), tokens per step = tokens / n_batches;
+    step_ms = 1000 / steps/s; useful FLOP/s = useful FLOPs per step x steps/s; MFU = FLOP/s / peak (PaLM, Chowdhery
+    et al. 2022, app. B). Raises ``ValueError`` on no batches or no tokens.
+    """
+    if n_batches <= 0 or flops["tokens"] <= 0:
+        raise ValueError("bench_train --batching: no timed batches (raise --steps above --warmup)")
+    steps_per_sec = rate / (flops["tokens"] / n_batches)
+    useful_per_step = flops["useful_flops"] / n_batches
+    padded_per_step = flops["padded_flops"] / n_batches
+    useful_rate = useful_per_step * steps_per_sec
+    return {"tokens_per_sec": rate, "useful_frac": flops["tokens"] / flops["positions"],
+            "padded_flops_per_step": padded_per_step, "useful_flops_per_step": useful_per_step,
+            "step_ms": 1e3 / steps_per_sec, "useful_flops_per_sec": useful_rate,
+            "mfu_useful": useful_rate / peak, "peak_flops_per_sec": peak,
+            "mfu_padded": padded_per_step * steps_per_sec / peak}
+
+
 def compare_batching(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Tokens/s, FLOPs per step, padding and MFU of several ``data.batching`` modes, interleaved, in one run."""
     names = [n.strip() for n in args.batching.split(",") if n.strip()]
@@ -349,15 +371,7 @@ def compare_batching(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         module = TextClassifierModule(vocab_size=dm.vocab_size, num_classes=dm.num_classes,
                                       max_length=dm.max_length, pad_id=dm.pad_id, **module_kwargs(cfgs[n]))
         f = flops_of_batches(module.train(), batches)
-        rate = max(rates[n])
-        steps_per_sec = rate / (f["tokens"] / len(batches))
-        useful_rate = f["useful_flops"] / len(batches) * steps_per_sec
-        out[n] = {"tokens_per_sec": rate, "useful_frac": f["tokens"] / f["positions"],
-                  "padded_flops_per_step": f["padded_flops"] / len(batches),
-                  "useful_flops_per_step": f["useful_flops"] / len(batches),
-                  "step_ms": 1e3 / steps_per_sec, "useful_flops_per_sec": useful_rate,
-                  "mfu_useful": useful_rate / peak_used, "peak_flops_per_sec": peak_used,
-                  "mfu_padded": f["padded_flops"] / len(batches) * steps_per_sec / peak_used}
+        out[n] = batching_row(max(rates[n]), f, len(batches), peak_used)
     print(f"\nmodel={args.model}, data={first.data.name}, batch={first.data.batch_size}, {args.steps} steps "
           f"({args.warmup} warm-up), best of {args.repeats} interleaved runs, torch {torch.__version__}, "
           f"{threads} threads; fp32 GEMM peak at {threads} threads {peak / 1e9:.1f} GFLOP/s before the runs, "

@@ -29,7 +29,8 @@ Plots (PNG, next to ``report.md``):
 - ``pareto.png``: test accuracy vs training tokens/s per setting, with the
   Pareto front (no variant both faster and more accurate);
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
-- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept);
+- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
+  score function per setting of the other swept keys (e.g. per dataset);
 - ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
   ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 
@@ -616,12 +617,17 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         fig = Figure(figsize=(5.5 * len(panels), 4.6), layout="tight")
         axes = fig.subplots(1, len(panels), squeeze=False)
         for ax, (column, label) in zip(axes[0], panels):
-            for attention, group in table.groupby("attention", sort=False, dropna=False):
+            # one line per score function per setting of the other swept keys (a line never joins two datasets)
+            line_keys = ["attention"] + [k for k in variant_keys if k not in ("attention", key) and k in table]
+            for line_key, group in table.groupby(line_keys, sort=False, dropna=False):
+                line_key = line_key if isinstance(line_key, tuple) else (line_key,)
+                line_label = ", ".join([str(line_key[0])]
+                                       + [f"{k}={v}" for k, v in zip(line_keys[1:], line_key[1:])])
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
                 if column == "acc_mean":
-                    _accuracy_points(ax, group["_x"], group, label=str(attention), line=True)
+                    _accuracy_points(ax, group["_x"], group, label=line_label, line=True)
                 else:
-                    ax.plot(group["_x"], group[column], marker="o", label=str(attention))
+                    ax.plot(group["_x"], group[column], marker="o", label=line_label)
             ax.set_xscale("log", base=2)
             if column in ("train_tok_s", "peak_mem_mb"):
                 ax.set_yscale("log")

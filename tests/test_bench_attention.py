@@ -87,3 +87,37 @@ def test_default_sizes_sweep_n_at_d64_and_d_at_n1024(bench):
     sizes = bench.size_grid([64, 1024, 4096], [16, 64, 256], at_n=1024, at_d=64, full=False)
     assert sizes == [(64, 64), (1024, 64), (4096, 64), (1024, 16), (1024, 256)]
     assert len(bench.size_grid([64, 1024], [16, 64], at_n=1024, at_d=64, full=True)) == 4
+
+
+def test_ratio_tables_divide_by_the_baseline_of_the_same_n_d_and_mode(bench):
+    """Synthetic rows at three sizes (two d at one n, two n at one d) and two modes, each size and mode with its
+    own baseline time/memory: every ratio cell is the score's value over the baseline of its own (n, d, mode).
+    Hand values: fwd_bwd time 2 ms/1 ms, 8/4, 6/3 -> 2.00; memory 3,000/1,000 ... -> 3.00; fwd 50/100 -> 0.50."""
+    import types
+
+    sizes = [(64, 32), (64, 64), (128, 32)]
+    base_ms = {(64, 32): 1.0, (64, 64): 4.0, (128, 32): 3.0}
+    rows = []
+    for (n, d), ms in base_ms.items():
+        for mode, scale_t, scale_m in (("fwd_bwd", 1.0, 1.0), ("fwd", 100.0, 7.0)):
+            base = {"n": n, "d": d, "mode": mode, "status": "ok"}
+            rows.append({**base, "score": bench.BASELINE_SCORE, "path": bench.BASELINE_PATH,
+                         "time_s": ms * scale_t * 1e-3, "peak_mem_bytes": ms * scale_m * 1000})
+            t_ratio, m_ratio = (2.0, 3.0) if mode == "fwd_bwd" else (0.5, 0.25)
+            rows.append({**base, "score": "additive", "path": "fast", "time_s": ms * scale_t * t_ratio * 1e-3,
+                         "peak_mem_bytes": ms * scale_m * m_ratio * 1000})
+    cfg = types.SimpleNamespace(scores=["additive"], paths=["fast"], sizes=sizes)
+
+    def cells(table):
+        return {col.header: list(col._cells) for col in table.columns}
+
+    for mode, want_t, want_m in (("fwd_bwd", "2.00", "3.00"), ("fwd", "0.50", "0.25")):
+        time_table, mem_table = bench.ratio_tables(rows, cfg, mode=mode)
+        for table, want in ((time_table, want_t), (mem_table, want_m)):
+            by_col = cells(table)
+            assert by_col["score / path"] == ["sdpa (absolute)", "additive / fast"]
+            for n, d in sizes:
+                assert by_col[f"n={n}\nd={d}"][1] == want, (mode, n, d, by_col)
+        # the absolute baseline row shows each size's own baseline time
+        assert [cells(time_table)[f"n={n}\nd={d}"][0] for n, d in sizes] == [
+            f"{base_ms[s] * (1.0 if mode == 'fwd_bwd' else 100.0):.3g} ms" for s in sizes]

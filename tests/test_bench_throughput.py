@@ -92,3 +92,61 @@ def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monke
     assert data["result"]["steps"] == 8 and data["result"]["repeats"] == 2 and data["result"]["model"] == "tiny"
     assert data["meta"]["threads"] == torch.get_num_threads() and data["meta"]["torch"] == torch.__version__
     assert all(rate > 0 for v in runs.values() for rate in v)
+
+
+def test_batching_row_is_the_hand_count():
+    """`--batching` per-step arithmetic against a hand count: 3 timed batches of 64 x 20 = 1,280 tokens each
+    (3,840 in all, 5,120 positions), best rate 1,000 tokens/s -> 1,000 / 1,280 = 0.78125 steps/s, 1,280 ms a step;
+    useful FLOPs 3e9 over the 3 batches = 1e9 a step -> 0.78125e9 FLOP/s, MFU 0.78125 of a 1e9 FLOP/s peak;
+    padded 6e9 over 3 = 2e9 a step -> MFU padded 1.5625."""
+    bench = _script("bench_train")
+    flops = {"tokens": 3840.0, "positions": 5120.0, "useful_flops": 3e9, "padded_flops": 6e9}
+    row = bench.batching_row(1000.0, flops, 3, 1e9)
+    assert row["tokens_per_sec"] == 1000.0
+    assert row["useful_frac"] == 0.75
+    assert row["step_ms"] == 1280.0
+    assert row["useful_flops_per_step"] == 1e9 and row["padded_flops_per_step"] == 2e9
+    assert abs(row["useful_flops_per_sec"] - 0.78125e9) < 1e-3
+    assert abs(row["mfu_useful"] - 0.78125) < 1e-12 and abs(row["mfu_padded"] - 1.5625) < 1e-12
+    assert row["peak_flops_per_sec"] == 1e9
+    # one step's tokens at the rate take step_ms: the identity the bench's printout rests on
+    assert abs(row["step_ms"] * row["tokens_per_sec"] / 1e3 - flops["tokens"] / 3) < 1e-9
+
+
+def test_bench_train_attnbench_vs_bare_takes_the_best_of_each_side(monkeypatch):
+    """The default path (attnbench vs a bare PyTorch loop): best of N = the largest rate of each side, the ratio
+    from the two bests (hand values: 1,000 / 1,250 = 0.8), whatever order the runs came in."""
+    import types
+
+    bench = _script("bench_train")
+    attn = iter([900.0, 1000.0, 950.0])
+    bare = iter([1100.0, 1250.0, 1200.0])
+    dm = types.SimpleNamespace(vocab_size=20, num_classes=2, max_length=8, pad_id=0, train_dataloader=lambda: [])
+    monkeypatch.setattr(bench, "_datamodule", lambda cfg: dm)
+    monkeypatch.setattr(bench, "lightning_run", lambda *a, **k: next(attn))
+    monkeypatch.setattr(bench, "bare_loop", lambda *a, **k: next(bare))
+    out = bench.main(["--model", "tiny", "--steps", "4", "--warmup", "1", "--repeats", "3"])
+    assert out["attnbench"] == 1000.0 and out["bare"] == 1250.0
+    assert abs(out["ratio"] - 0.8) < 1e-12
+
+
+def test_bench_train_variants_take_the_best_rate_and_the_median_first_step(monkeypatch):
+    """`--variants`: per variant the best (largest) tokens/s of its runs and the median first-step time, whatever
+    the order the interleaved runs came in (hand values: rates 100, 300, 200 -> 300; 400, 350, 500 -> 500; first
+    steps 0.3, 0.1, 0.2 s -> 0.2; 1.0, 3.0, 2.0 s -> 2.0)."""
+    import types
+
+    bench = _script("bench_train")
+    script = iter([(100.0, 0.3), (400.0, 1.0), (300.0, 0.1), (350.0, 3.0), (200.0, 0.2), (500.0, 2.0)])
+
+    def run(cfg, dm, steps, warmup, log_dir, attention=None, extra_callbacks=()):
+        rate, first = next(script)
+        extra_callbacks[0].seconds = first
+        return rate
+
+    monkeypatch.setattr(bench, "_datamodule", lambda cfg: types.SimpleNamespace())
+    monkeypatch.setattr(bench, "lightning_run", run)
+    out = bench.main(["--model", "tiny", "--steps", "4", "--warmup", "1", "--repeats", "3",
+                      "--variants", "optim.impl=for_loop;optim.impl=fused"])
+    assert out["optim.impl=for_loop"]["tokens_per_sec"] == 300.0 and out["optim.impl=fused"]["tokens_per_sec"] == 500.0
+    assert out["optim.impl=for_loop"]["first_step_sec"] == 0.2 and out["optim.impl=fused"]["first_step_sec"] == 2.0

@@ -564,6 +564,63 @@ def test_the_readmes_answer_is_the_published_compare_numbers():
     assert excluding == [("sst2", "dot")]
 
 
+def test_the_results_pages_prose_is_the_published_compare_numbers():
+    """docs/results.md's prose about the compare experiment (the answer and the Findings) quotes
+    docs/results/cpu/compare.csv: every quoted ratio, interval, logit, share and range is recomputed here from the
+    CSV (rounded as printed), so the page cannot drift from its source."""
+    import csv
+
+    text = " ".join((REPO_ROOT / "docs/results.md").read_text().split())
+    rows = {(r["data"], r["attention"]): {k: float(v) if v not in ("", "null") and k not in ("data", "attention")
+                                          else v for k, v in r.items()}
+            for r in csv.DictReader((REPO_ROOT / "docs/results/cpu/compare.csv").open())}
+
+    def ratio(data, att, key):
+        return rows[(data, att)][key] / rows[(data, "scaled_dot")][key]
+
+    def signed(x, digits=4):
+        return f"{x:+.{digits}f}".replace("-", "\u2212")
+
+    def interval(data, att, digits=4):
+        r = rows[(data, att)]
+        lo, hi = r["diff_mean"] - r["diff_ci"], r["diff_mean"] + r["diff_ci"]
+        return f"{signed(r['diff_mean'], digits)} [{signed(lo, digits)}, {signed(hi, digits)}]"
+
+    sst2, trec = (lambda a: rows[("sst2", a)]), (lambda a: rows[("trec", a)])
+    others = [a for d, a in rows if a not in ("additive", "scaled_dot")]
+    train = [ratio(d, a, "train_tok_s") for d in ("sst2", "trec") for a in others]
+    claims = [
+        f"SST-2 {interval('sst2', 'additive')}",
+        f"TREC {interval('trec', 'additive')}",
+        f"{ratio('sst2', 'additive', 'train_tok_s'):.2f}\u00d7 the training and "
+        f"{ratio('sst2', 'additive', 'test_tok_s'):.2f}\u00d7 the inference tokens/s",
+        f"({ratio('trec', 'additive', 'train_tok_s'):.2f}\u00d7 / {ratio('trec', 'additive', 'test_tok_s'):.2f}"
+        f"\u00d7 on TREC",
+        f"loses {-sst2('dot')['diff_mean'] * 100:.1f} points on SST-2 ({interval('sst2', 'dot')}",
+        f"up to {sst2('dot')['max_score']:.0f} and {sst2('dot')['saturated_frac']:.0%} of its attention rows",
+        f"against {sst2('scaled_dot')['max_score']:.0f} and {sst2('scaled_dot')['saturated_frac']:.1%} for",
+        f"not resolved ({interval('trec', 'dot')})",
+        f"same mean loss ({signed(sst2('general')['diff_mean'] * 100, 1)})",
+        f"comes closest ({interval('trec', 'cosine', 3)})",
+        f"max |score| {sst2('dot')['max_score']:.0f} (`dot`) and {sst2('general')['max_score']:.0f} (`general`) on "
+        f"SST-2 against {sst2('scaled_dot')['max_score']:.0f} for `scaled_dot`, "
+        f"{sst2('dot')['saturated_frac'] * 100:.0f}\u2013{sst2('general')['saturated_frac']:.0%} of their",
+        f"entropy {sst2('dot')['entropy_norm']:.2f}\u2013{sst2('general')['entropy_norm']:.2f} against "
+        f"{sst2('scaled_dot')['entropy_norm']:.2f}",
+        f"(max |score| {sst2('euclidean')['max_score']:.0f}, {sst2('euclidean')['saturated_frac']:.0%} saturated)",
+        f"`additive` (max |score| {sst2('additive')['max_score']:.1f}) and `cosine` (\u03c4-bounded, "
+        f"{sst2('cosine')['max_score']:.1f})",
+        f"`additive` {ratio('sst2', 'additive', 'train_tok_s'):.2f}\u00d7 training and "
+        f"{ratio('sst2', 'additive', 'test_tok_s'):.2f}\u00d7 inference",
+        f"every GEMM-reducible score {min(train):.2f}\u2013{max(train):.2f}\u00d7",
+    ]
+    for claim in claims:
+        assert claim in text, claim
+    # the orderings the sentences rest on: dot below general in max |score| and saturation, as quoted
+    assert sst2("dot")["max_score"] < sst2("general")["max_score"]
+    assert sst2("dot")["saturated_frac"] < sst2("general")["saturated_frac"]
+
+
 def test_composition_refuses_what_train_py_refuses(hydra_configs):
     """The compose check is not vacuous: an unknown option, a misspelt key (also a launcher's), a value of the
     wrong type or out of range fail it, as they fail ``python train.py``; sweeps expand to their jobs."""

@@ -465,3 +465,33 @@ def test_every_config_setting_separates_groups(tmp_path, key, values):
         assert base["acc_mean"] == pytest.approx(0.7 + offsets[value] + 0.005, abs=1e-12)
         assert cos["diff_n"] == 2
         assert cos["diff_mean"] == pytest.approx(deltas[value] + 0.0005, abs=1e-12)
+
+
+def test_head_dim_and_seq_len_lines_stay_within_each_setting():
+    """A sweep over two datasets x two head_dims (x two max_lengths): head_dim.png and seq_len.png draw one line
+    per (score function, dataset), each through that dataset's points only (hand table below), never a line
+    that joins SST-2's and TREC's points at one x."""
+    rows = []
+    for data, base in (("sst2", 0.80), ("trec", 0.60)):
+        for att, off in (("dot", 0.0), ("scaled_dot", 0.05)):
+            for x, dx in ((32, 0.0), (64, 0.01)):
+                rows.append({"attention": att, "data": data, "model.head_dim": x, "data.max_length": x * 4,
+                             "acc_mean": base + off + dx, "acc_ci": 0.01, "n": 3, "saturated_frac": base / 10,
+                             "train_tok_s": 1000.0 * (1 if data == "sst2" else 3) + x, "peak_mem_mb": 100.0 + x})
+    table = pd.DataFrame(rows)
+    for key, name, other in (("model.head_dim", "head_dim.png", "data.max_length"),
+                             ("data.max_length", "seq_len.png", "model.head_dim")):
+        # the figure's own key and data vary; the other size moves with the figure's key (not a setting here)
+        figs = report.figures(table.drop(columns=[other]), ["attention", "data", key])
+        for ax in figs[name].axes:
+            lines = [line for line in ax.get_lines() if line.get_linestyle() not in ("None", "none", "")]
+            assert len(lines) == 4, [line.get_label() for line in lines]  # 2 score functions x 2 datasets
+            for line in lines:
+                xs = [float(x) for x in line.get_xdata()]
+                assert len(xs) == len(set(xs)) == 2, xs  # one point per x: no line through two datasets
+        labels = {t.get_text() for t in figs[name].axes[0].get_legend().get_texts()}
+        assert labels == {f"{a}, data={d}" for a in ("dot", "scaled_dot") for d in ("sst2", "trec")}
+    # one dataset: the lines are named by the score function alone, as before
+    one = report.figures(table[table["data"] == "sst2"].drop(columns=["data.max_length"]),
+                         ["attention", "model.head_dim"])
+    assert {t.get_text() for t in one["head_dim.png"].axes[0].get_legend().get_texts()} == {"dot", "scaled_dot"}

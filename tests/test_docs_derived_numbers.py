@@ -1,0 +1,230 @@
+"""Hand-typed (not generated) measured tables in docs/: every derived column is recomputed from the table's own
+measured columns (their source runs are not in the repository, so the table is its own source):
+
+- a ``ratio`` column next to one ``tokens/s`` column: the row's tokens/s over the reference row's (the last row
+  above it, or itself, whose ratio reads 1.00); ``ratio, best / median``: best and median each over the reference's;
+- a ``ratio`` column next to two ``tokens/s`` columns: the second over the first;
+- ``tokens/s (runs)``: the figure shown is the best (largest) of its runs; a ``median`` column is their median;
+- ``MFU useful (padded)`` next to ``FLOPs/step padded / useful``: padded MFU / useful MFU = padded / useful FLOPs.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+DOCS = sorted((REPO_ROOT / "docs").glob("*.md")) + [REPO_ROOT / "README.md"]
+
+
+def cells_of(line: str) -> list[str]:
+    """A Markdown table row's cells (an escaped ``\\|`` stays inside its cell)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
+
+
+def hand_tables() -> list[tuple[str, list[str], list[tuple[int, list[str]]]]]:
+    """(file:line, header cells, [(line, cells)]) of every Markdown table outside ``<!-- generated -->`` blocks."""
+    out = []
+    for path in DOCS:
+        lines = path.read_text().splitlines()
+        generated = False
+        i = 0
+        while i < len(lines):
+            if lines[i].startswith("<!-- generated"):
+                generated = True
+            elif lines[i].startswith("<!-- end generated"):
+                generated = False
+            if (not generated and lines[i].startswith("|") and i + 1 < len(lines)
+                    and re.match(r"\|(-+\|)+$", lines[i + 1].replace(" ", ""))):
+                header = cells_of(lines[i])
+                rows, j = [], i + 2
+                while j < len(lines) and lines[j].startswith("|"):
+                    rows.append((j + 1, cells_of(lines[j])))
+                    j += 1
+                out.append((f"{path.relative_to(REPO_ROOT)}:{i + 1}", header, rows))
+                i = j
+                continue
+            i += 1
+    return out
+
+
+def numbers(cell: str) -> list[float]:
+    return [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*(?:\.\d+)?", cell.replace("**", ""))]
+
+
+TABLES = [t for t in hand_tables() if any(h.startswith("ratio") for h in t[1])
+          and any("tokens/s" in h for h in t[1])]
+
+
+def test_the_hand_typed_ratio_tables_are_found():
+    """docs/cost.md's four measured batching/variant tables (a parser that finds none would check nothing)."""
+    assert sum(where.startswith("docs/cost.md") for where, _, _ in TABLES) >= 4
+
+
+def _close(printed: float, value: float, where: str, what: str) -> None:
+    decimals = 2
+    assert abs(printed - value) <= 0.5 * 10 ** -decimals + 1e-9, f"{where}: {what} printed {printed}, its own " \
+                                                                 f"columns give {value:.4f}"
+
+
+@pytest.mark.parametrize("where,header,rows", TABLES, ids=[t[0] for t in TABLES])
+def test_every_ratio_in_a_hand_typed_table_is_its_own_columns(where, header, rows):
+    rate_cols = [i for i, h in enumerate(header) if "tokens/s" in h]
+    ratio_col = next(i for i, h in enumerate(header) if h.startswith("ratio"))
+    median_col = next((i for i, h in enumerate(header) if h == "median"), None)
+    ref = None
+    for line, cells in rows:
+        at = f"{where.split(':')[0]}:{line}"
+        runs_of = {}
+        for c in rate_cols:
+            shown, *runs = numbers(cells[c])
+            if "(runs)" in header[c]:
+                runs = runs or [shown]
+                if "(" in cells[c] or len(runs) > 1:
+                    runs = numbers(cells[c])[1:] if "(" in cells[c] else numbers(cells[c])
+                    assert shown == max(runs), f"{at}: the best of {runs} is {max(runs)}, printed {shown}"
+            runs_of[c] = (shown, runs)
+        if median_col is not None:
+            runs = runs_of[rate_cols[0]][1]
+            assert numbers(cells[median_col])[0] == statistics.median(runs), f"{at}: median of {runs}"
+        printed = numbers(cells[ratio_col])
+        if len(rate_cols) == 2:
+            a, b = (runs_of[c][0] for c in rate_cols)
+            _close(printed[0], b / a, at, "ratio")
+            continue
+        best = runs_of[rate_cols[0]][0]
+        median = numbers(cells[median_col])[0] if median_col is not None else None
+        if printed[0] == 1.0:
+            ref = (best, median)
+        assert ref is not None, f"{at}: no reference row (ratio 1.00) above it"
+        _close(printed[0], best / ref[0], at, "ratio")
+        if "best / median" in header[ratio_col] and len(printed) > 1:
+            _close(printed[1], median / ref[1], at, "median ratio")
+
+
+MFU_TABLES = [t for t in hand_tables() if any(h.startswith("MFU useful (padded)") for h in t[1])
+              and any(h.startswith("FLOPs/step padded / useful") for h in t[1])]
+
+
+@pytest.mark.parametrize("where,header,rows", MFU_TABLES, ids=[t[0] for t in MFU_TABLES])
+def test_padded_over_useful_mfu_is_padded_over_useful_flops(where, header, rows):
+    """Both MFUs divide by the same peak at the same steps/s, so their quotient is the FLOPs quotient (each MFU
+    printed to 0.1%: the bound is the quotient's rounding spread)."""
+    mfu = next(i for i, h in enumerate(header) if h.startswith("MFU useful (padded)"))
+    flops = next(i for i, h in enumerate(header) if h.startswith("FLOPs/step padded / useful"))
+    for line, cells in rows:
+        useful, padded = numbers(cells[mfu])[:2]
+        p_flops, u_flops = numbers(cells[flops])[:2]
+        lo = (padded - 0.05) / (useful + 0.05) * 0.99
+        hi = (padded + 0.05) / (useful - 0.05) * 1.01
+        assert lo <= (p_flops / u_flops) <= hi, f"{where}: line {line}: MFU {useful}% ({padded}%) vs FLOPs " \
+                                                 f"{p_flops} / {u_flops}"
+
+
+def test_the_head_dim_prose_is_its_own_tables():
+    """docs/results.md's head_dim_sweep_cpu paragraph quotes the two tables above it (their runs are not in the
+    repository): every range is recomputed from the tables' cells at d_k >= 128 (the unscaled scores `dot` and
+    `general` against `scaled_dot`), rounded half-up from the printed cells as a reader would."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    def fmt(x: str | float, places: str) -> str:
+        return str(Decimal(str(x)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+
+    path = REPO_ROOT / "docs" / "results.md"
+    tables = {header[0]: {cells[0].replace("\\|", "|"): cells[1:] for _, cells in rows}
+              for where, header, rows in hand_tables() if where.startswith("docs/results.md")}
+    acc, diag = tables["test acc"], tables["diagnostics after training"]
+    big = [3, 4]  # d_k = 128, 256
+    unscaled = ("`dot`", "`general`")
+    base = [float(acc["`scaled_dot`"][i]) for i in big]
+    assert base[0] == base[1]
+    loss = [base[0] - float(acc[a][i]) for a in unscaled for i in big]
+    logits = [float(diag[f"{a} max |score|"][i]) for a in unscaled for i in big]
+    sat = [float(diag[f"{a} saturated rows"][i]) for a in unscaled for i in big]
+    ent = [float(diag[f"{a} entropy (norm.)"][i]) for a in unscaled for i in big]
+    dot = sorted(float(acc["`dot`"][i]) for i in big)
+    general = sorted(float(acc["`general`"][i]) for i in big)
+    scaled_score = max(float(x) for x in diag["`scaled_dot` max |score|"])
+    scaled_ent = min(float(x) for x in diag["`scaled_dot` entropy (norm.)"])
+    additive = [acc["`additive`"][i] for i in big]
+    claims = [
+        f"lose {fmt(min(loss) * 100, '0.1')}\u2013{fmt(max(loss) * 100, '0.1')} points against `scaled_dot` "
+        f"({fmt(dot[0], '0.001')}\u2013{fmt(dot[1], '0.001')} and {fmt(general[0], '0.001')}\u2013"
+        f"{fmt(general[1], '0.001')} against {fmt(base[0], '0.001')})",
+        f"grow to {fmt(min(logits), '1')}\u2013{fmt(max(logits), '1')}, "
+        f"{fmt(min(sat) * 100, '1')}\u2013{fmt(max(sat) * 100, '1')}% of the attention rows",
+        f"collapses to {fmt(min(ent), '0.01')}\u2013{fmt(max(ent), '0.01')}",
+        f"keeps max |score| \u2264 {scaled_score}, no saturated row and entropy \u2265 {fmt(scaled_ent, '0.01')}",
+        f"({fmt(additive[0], '0.001')} and {fmt(additive[1], '0.001')})",
+    ]
+    text = " ".join(path.read_text().split())
+    for claim in claims:
+        assert claim in text, claim
+    assert all(float(x) == 0 for x in diag["`scaled_dot` saturated rows"])
+    assert all(float(additive[k]) > float(acc["`dot`"][i]) for k, i in enumerate(big))  # "beats unscaled dot"
+
+
+def test_the_long_context_table_and_prose_are_their_own_columns():
+    """docs/results.md's long_context_cpu table (hand-typed; its runs are not in the repository): each
+    "(x scaled_dot)" is the row's tokens/s over scaled_dot's at that n, "n=1024 / n=512 time per step" is
+    steps/s at 512 over steps/s at 1024; the bullets below it quote these cells (ranges recomputed here)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    def fmt(x: str | float, places: str) -> str:
+        return str(Decimal(str(x)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+
+    (where, header, rows), = [t for t in hand_tables() if t[0].startswith("docs/results.md")
+                              and "n=1024 / n=512 time per step" in t[1]]
+    table = {cells[0].strip("`"): cells[1:] for _, cells in rows}
+    col = {h: i - 1 for i, h in enumerate(header)}
+    steps = {a: (float(c[col["n=512: steps/s"]]), float(c[col["n=1024: steps/s"]])) for a, c in table.items()}
+    tok = {a: tuple(numbers(c[col[f"n={n}: train tok/s (× scaled_dot)"]]) for n in (512, 1024))
+           for a, c in table.items()}
+    per_step = {a: numbers(c[col["n=1024 / n=512 time per step"]])[0] for a, c in table.items()}
+    for a in table:
+        for k in (0, 1):
+            rate, shown = tok[a][k]
+            assert abs(shown - rate / tok["scaled_dot"][k][0]) <= 0.0005 + 1e-9, (where, a, k)
+        assert abs(per_step[a] - steps[a][0] / steps[a][1]) <= 0.05 + 1e-9, (where, a)
+    gemm = ("scaled_dot", "dot", "general", "euclidean", "cosine")
+    shown = [tok[a][k][1] for a in gemm for k in (0, 1)]
+    others = [per_step[a] for a in table if a != "l2"]
+    slower = [tok["scaled_dot"][k][0] / tok["additive"][k][0] for k in (0, 1)]
+    assert all(round(s, -1) == 70 for s in slower), slower  # "1/70 of scaled_dot's speed at both lengths"
+    claims = [
+        f"({fmt(steps['additive'][0], '0.01')} vs {fmt(steps['scaled_dot'][0], '0.1')} steps/s at n = 512; "
+        f"{fmt(steps['additive'][1], '0.001')} vs {fmt(steps['scaled_dot'][1], '0.01')} at n = 1024)",
+        f"falls from {fmt(tok['l2'][0][1], '0.01')}× to {fmt(tok['l2'][1][1], '0.01')}× as n doubles: its time "
+        f"per step grows {per_step['l2']:.0f}×, the others' {min(others)}–{max(others)}×",
+        f"within {fmt(min(shown), '0.01')}–{fmt(max(shown), '0.01')}× of `scaled_dot` at both lengths",
+    ]
+    text = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    for claim in claims:
+        assert claim in text, claim
+
+
+def test_the_thread_scaling_prose_is_its_tables_columns():
+    """docs/cost.md: "Two threads give 1.32x ... (28,221 / 21,371) and 1.43x with random ones ... the GEMM peak
+    itself scales 1.96x" and "the same command gave random 6,124 and length_grouped 16,025 tokens/s (2.62x)":
+    each quotient recomputed from the 1- and 2-thread table rows (and the sentence's own figures)."""
+    (where, header, rows), = [t for t in hand_tables() if t[0].startswith("docs/cost.md")
+                              and t[1][0] == "threads"]
+    by = {cells[0]: cells for _, cells in rows}
+    rnd, grp = header.index("`random` tokens/s (runs)"), header.index("`length_grouped` tokens/s (runs)")
+    peak = header.index("GEMM peak")
+    first = {t: (numbers(by[t][rnd])[0], numbers(by[t][grp])[0], numbers(by[t][peak])[0]) for t in ("1", "2")}
+    text = " ".join((REPO_ROOT / "docs" / "cost.md").read_text().split())
+    g1, g2 = first["1"][1], first["2"][1]
+    claims = [
+        f"Two threads give {g2 / g1:.2f}× the tokens/s of one with length-grouped batches ({g2:,.0f} / {g1:,.0f}) "
+        f"and {first['2'][0] / first['1'][0]:.2f}× with random ones",
+        f"the GEMM peak itself scales {first['2'][2] / first['1'][2]:.2f}×",
+    ]
+    m = re.search(r"`random` ([\d,]+) and `length_grouped` ([\d,]+) tokens/s \(([\d.]+)×\)", text)
+    assert m, "the quiet-machine sentence"
+    assert f"{float(m.group(2).replace(',', '')) / float(m.group(1).replace(',', '')):.2f}" == m.group(3)
+    for claim in claims:
+        assert claim in text, claim

@@ -37,7 +37,9 @@ class _StopAwareBar:
         last = trainer.max_epochs - 1 if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
         per_epoch = trainer.num_training_batches
         if trainer.max_steps is not None and trainer.max_steps > 0 and 0 < per_epoch < float("inf"):
-            steps_per_epoch = max(int(per_epoch) // trainer.accumulate_grad_batches, 1)
+            # the epoch's last batch ends an optimizer step even when fewer than accumulate_grad_batches
+            # batches were accumulated (Lightning's training epoch loop): ceil, not floor
+            steps_per_epoch = -(-int(per_epoch) // trainer.accumulate_grad_batches)
             by_steps = -(-trainer.max_steps // steps_per_epoch) - 1
             last = by_steps if last is None else min(last, by_steps)
         return last

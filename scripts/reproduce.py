@@ -346,8 +346,7 @@ def run_jobs(todo: list[Job], groups: list[set[int] | None], device: str, manife
                     progress["table"] = estimates(device, out, manifest)
                 elif not STOPPING.is_set():
                     failed.append(job)
-                    print(f"  failed: {job.stage}/{job.name}, see {job.run_dir.parent / 'logs' / (job.name + '.log')}",
-                          flush=True)
+                    print(f"  failed: see {job.run_dir.parent / 'logs' / (job.name + '.log')}", flush=True)
         finally:
             free.put(cpus)
 

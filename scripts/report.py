@@ -616,11 +616,10 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         panels = [p for p in panels if p[0] in table and table[p[0]].notna().any()]
         fig = Figure(figsize=(5.5 * len(panels), 4.6), layout="tight")
         axes = fig.subplots(1, len(panels), squeeze=False)
+        # one line per score function per setting of the other swept keys (a line never joins two datasets)
+        line_keys = ["attention"] + [k for k in variant_keys if k not in ("attention", key) and k in table]
         for ax, (column, label) in zip(axes[0], panels):
-            # one line per score function per setting of the other swept keys (a line never joins two datasets)
-            line_keys = ["attention"] + [k for k in variant_keys if k not in ("attention", key) and k in table]
-            for line_key, group in table.groupby(line_keys, sort=False, dropna=False):
-                line_key = line_key if isinstance(line_key, tuple) else (line_key,)
+            for line_key, group in table.groupby(line_keys, sort=False, dropna=False):  # tuple keys (list groupby)
                 line_label = ", ".join([str(line_key[0])]
                                        + [f"{k}={v}" for k, v in zip(line_keys[1:], line_key[1:])])
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")

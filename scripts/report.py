@@ -66,6 +66,8 @@ from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci
     STATUS_INCOMPLETE,
     STATUS_MISSING,
     STATUS_OK,
+    MIN_CPU_SHARE,
+    disturbed_runs,
     flatten_config,
     format_setting,
     headline,
@@ -478,6 +480,23 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     return "\n".join(lines)
 
 
+def disturbed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
+    """The finished runs whose training or test thread had less than :data:`MIN_CPU_SHARE` of a CPU core over
+    its measured time (paused, or its core shared), one Markdown row each with both shares; their rates are left
+    out of the throughput columns. Empty when there is none."""
+    finished = jobs[jobs["status"] == STATUS_OK]
+    flagged = finished[disturbed_runs(finished, "train/cpu_share") | disturbed_runs(finished, "test/cpu_share")]
+    if flagged.empty:
+        return ""
+    lines = ["| job | " + " | ".join(swept) + " | train cpu share | test cpu share | train tok/s (left out) |",
+             "|" + "---|" * (len(swept) + 4)]
+    for _, r in flagged.iterrows():
+        cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("train/cpu_share"), 2),
+                 _fmt(r.get("test/cpu_share"), 2), _fmt(r.get("train/tokens_per_sec"), 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -680,7 +699,8 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         "Test accuracy over seeds: mean ± sample std, and the 95% Student-t confidence interval "
         f"({ONE_SEED!r} where one seed gives none). "
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "
-        "Throughput and memory are means over seeds; peak memory on CPU is the process's peak RSS.",
+        "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (see "
+        f"below: cpu share ≥ {MIN_CPU_SHARE}); memory is the mean over seeds, on CPU the process's peak RSS.",
         "",
     ]
     if table.empty:
@@ -694,6 +714,13 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
                   "and is left out of the table above. Instead: the measured seconds per training step and the time "
                   "the whole budget would take at that rate (planned steps / measured steps per second; training "
                   "steps only, validation and test not counted).", "", stopped, ""]
+    disturbed = disturbed_table(jobs, swept)
+    if disturbed:
+        lines += ["## Runs left out of the throughput columns (disturbed)", "",
+                  f"The training or test thread of these runs ran on a CPU core for less than {MIN_CPU_SHARE:.0%} of "
+                  "the wall time of its measured steps (`train/cpu_share`, `test/cpu_share`): the process was paused "
+                  "or shared its core, so its wall-clock rates understate it. Their accuracy counts; their rates of "
+                  "that phase do not.", "", disturbed, ""]
     problems = jobs[jobs["status"] != STATUS_OK]
     if len(problems):
         lines += ["## Failed, incomplete or missing jobs", "", "| job | " + " | ".join(swept) + " | status | last step | error |",

@@ -101,3 +101,14 @@ def test_test_accuracy_is_the_best_checkpoints_accuracy_on_the_test_split(timed_
             x = torch.tensor([list(ids)], dtype=torch.long)
             correct += int(module(x, torch.zeros_like(x, dtype=torch.bool)).argmax(-1).item() == int(label))
     assert metrics["test/acc"] == pytest.approx(correct / len(dm.splits["test"]), abs=1e-6)
+
+
+def test_the_cpu_share_is_recorded_and_is_a_share(timed_run):
+    """``train/cpu_share`` and ``test/cpu_share`` (thread CPU seconds over wall seconds of the measured steps;
+    their arithmetic by hand: tests/test_disturbed_runs.py) reach metrics.json and the summary as a share of one
+    core. Only the range is pinned: a parallel test worker may share this process's core, and over this toy
+    run's short loops (tens of ms) the two clocks' granularity puts an undisturbed share at 0.98-1.003."""
+    summary, metrics, _, _ = timed_run
+    for key in ("train/cpu_share", "test/cpu_share"):
+        assert 0.05 < metrics[key] <= 1.05, (key, metrics[key])
+        assert summary[key] == metrics[key]

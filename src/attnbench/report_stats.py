@@ -19,6 +19,17 @@ STATUS_OK, STATUS_FAILED, STATUS_INCOMPLETE, STATUS_MISSING = "finished", "faile
 # Keys whose values are replicates of one variant, not variants: the seed, and the fold of k-fold
 # cross-validation. The report averages over them and pairs runs on them.
 REPLICATE_KEYS = ("seed", "data.fold")
+#: a run whose training (test) thread ran on a CPU core for less than this share of the wall time of its measured
+#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`attnbench.callbacks.run_stats.RunStats`) was paused or
+#: shared its core; its training (test) rates are left out of the throughput columns. An undisturbed CPU run reads
+#: 0.98-0.99; two runs on one core read 0.49 each (measured here).
+MIN_CPU_SHARE = 0.9
+#: summary column, metric, the cpu-share metric that vouches for it
+RATE_COLUMNS = (
+    ("train_tok_s", "train/tokens_per_sec", "train/cpu_share"),
+    ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
+    ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
+)
 
 
 def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float, int]:
@@ -52,7 +63,13 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     both variants finished, vs the same setting with ``attention=baseline``),
     ``train_tok_s``, ``test_tok_s`` (tokens/s), ``train_steps_s`` (steps/s),
     ``peak_mem_mb`` (MiB), ``params``, and ``entropy_norm``, ``saturated_frac``,
-    ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / mean ``train_steps_s``).
+    ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / ``train_steps_s``).
+
+    The three rates are the **median** over the variant's runs, not the mean: a wall-clock rate only ever errs
+    low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
+    Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
+    left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
+    variant whose every run was disturbed has NaN rates. The other columns are means.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
     ``trainer.max_time``) are left out of the accuracy statistics and of the pairing (their accuracy is not a
@@ -72,6 +89,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         derived = done["train/samples_per_sec"] / pd.to_numeric(done["_batch_size"], errors="coerce")
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
     stopped = stopped_runs(done)
+    disturbed = {share: disturbed_runs(done, share) for share in ("train/cpu_share", "test/cpu_share")}
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
     setting_keys = [k for k in variant_keys if k != "attention"]
     rows = []
@@ -89,15 +107,18 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
             paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
+        for column, metric, share in RATE_COLUMNS:
+            if metric in group:
+                row[column] = pd.to_numeric(group[metric][~disturbed[share][group.index]], errors="coerce").median()
+        row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
         for column, metric, scale in (
-            ("train_tok_s", "train/tokens_per_sec", 1.0), ("test_tok_s", "test/tokens_per_sec", 1.0),
-            ("train_steps_s", "train/steps_per_sec", 1.0), ("peak_mem_mb", "perf/peak_mem_bytes", 2.0**-20),
+            ("peak_mem_mb", "perf/peak_mem_bytes", 2.0**-20),
             ("params", "model/params", 1.0), ("entropy_norm", "diag/entropy_norm", 1.0),
             ("saturated_frac", "diag/saturated_frac", 1.0), ("max_score", "diag/max_score", 1.0),
         ):
             if metric in group:
                 row[column] = pd.to_numeric(group[metric], errors="coerce").mean() * scale
-        rate = pd.to_numeric(group["train/steps_per_sec"], errors="coerce").mean()
+        rate = row["train_steps_s"]
         row["sec_per_step"] = 1.0 / rate if rate > 0 else math.nan
         row["n_stopped"] = len(halted)
         row["steps_done"] = row["steps_planned"] = row["extrapolated_sec"] = math.nan
@@ -107,9 +128,19 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
             numbers = numbers.apply(pd.to_numeric, errors="coerce")
             row["steps_done"] = numbers["train/steps_done"].mean()
             row["steps_planned"] = numbers["train/steps_planned"].mean()
-            row["extrapolated_sec"] = (numbers["train/steps_planned"] / numbers["train/steps_per_sec"]).mean()
+            steady = numbers[~disturbed["train/cpu_share"][halted.index]]  # a disturbed rate would inflate it
+            row["extrapolated_sec"] = (steady["train/steps_planned"] / steady["train/steps_per_sec"]).mean()
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def disturbed_runs(jobs: pd.DataFrame, share: str = "train/cpu_share") -> pd.Series:
+    """Which jobs' ``share`` (``train/cpu_share`` or ``test/cpu_share``) is below :data:`MIN_CPU_SHARE`: their
+    thread was off a CPU core (paused, or its core shared) for part of the measured time, so their rates err
+    low. A bool Series on ``jobs``' index; a job without the metric (GPU, DDP, older runs) is not disturbed."""
+    if share not in jobs:
+        return pd.Series(False, index=jobs.index)
+    return pd.to_numeric(jobs[share], errors="coerce") < MIN_CPU_SHARE
 
 
 def stopped_runs(jobs: pd.DataFrame) -> pd.Series:

@@ -60,11 +60,11 @@ def test_stopped_runs_are_counted_extrapolated_and_left_out_of_accuracy():
     assert dot["extrapolated_sec"] == pytest.approx(1370.0, rel=1e-12)
     assert base["steps_done"] == 50.0 and base["steps_planned"] == 200.0
     assert base["extrapolated_sec"] == pytest.approx(800.0, rel=1e-12)  # 200 / 0.25
-    # the cost columns count every finished run, stopped or not: dot (2 + 4 + 0.04 + 0.5) / 4 = 1.635 steps/s
-    assert dot["train_steps_s"] == pytest.approx(1.635, rel=1e-12)
-    assert dot["sec_per_step"] == pytest.approx(1 / 1.635, rel=1e-12)
-    # scaled_dot (1 + 1 + 1 + 0.25) / 4 = 0.8125 steps/s (under one step a second) -> 1.2307... s per step
-    assert base["sec_per_step"] == pytest.approx(1 / 0.8125, rel=1e-12)
+    # the rates count every finished run, stopped or not, as a median: dot (0.04, 0.5, 2, 4) -> (0.5 + 2) / 2
+    assert dot["train_steps_s"] == pytest.approx(1.25, rel=1e-12)
+    assert dot["sec_per_step"] == pytest.approx(1 / 1.25, rel=1e-12)
+    # scaled_dot (0.25, 1, 1, 1) -> 1 step/s (its mean, 0.8125, would be pulled down by the stopped run's rate)
+    assert base["sec_per_step"] == pytest.approx(1.0, rel=1e-12)
     # the paired difference uses the seeds both finished to their budget: dot seeds 0, 1 vs scaled_dot 0, 1
     # (dot's stopped seed 2 is not paired with scaled_dot's finished seed 2): +0.02, +0.04 -> mean 0.03
     assert dot["diff_n"] == 2

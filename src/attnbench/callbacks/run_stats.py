@@ -96,6 +96,20 @@ class RunStats(pl.Callback):
     ``test/samples_per_sec``, ``test/tokens_per_sec``, ``test/samples``, ``test/tokens``,
     ``perf/peak_mem_bytes`` and ``model/params``.
 
+    A wall-clock rate is only as good as the machine's quietness: on a CPU, a
+    paused process (SIGSTOP, a suspended laptop) or a core shared with another
+    process stretches the wall time of the same work. So a single-process CPU
+    run also records ``train/cpu_share`` and ``test/cpu_share``: the CPU
+    seconds of the training thread (``time.thread_time``) over the wall
+    seconds of the same measured steps. An undisturbed run keeps its thread
+    busy (about 1.0, with any number of intra-op threads: the calling thread
+    takes part in every parallel region); a run that had half a core reads
+    about 0.5. :func:`attnbench.report_stats.summarise` leaves runs below
+    :data:`attnbench.report_stats.MIN_CPU_SHARE` out of its throughput
+    columns. Not recorded on GPU (the thread waits for the device) nor under
+    DDP (processes wait for each other in the all-reduce), where it would not
+    separate a disturbed run from a normal one.
+
     Args:
         warmup_steps: training steps excluded from the rate (allocator warm-up,
             kernel selection, first-touch page faults).
@@ -109,20 +123,27 @@ class RunStats(pl.Callback):
         self._test_samples = 0
         self._test_tokens = 0
         self._test_t0 = 0.0
+        self._test_cpu0 = 0.0
 
     def _reset_train(self) -> None:
         self._steps_seen = 0
         self._train_time = 0.0
+        self._train_cpu = 0.0
         self._train_samples = 0
         self._train_tokens = 0
         self._train_steps = 0
         self._last_end: float | None = None
+        self._last_cpu = 0.0
 
     @staticmethod
     def _now(pl_module: pl.LightningModule) -> float:
         if pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)
         return time.perf_counter()
+
+    @staticmethod
+    def _records_cpu_share(trainer, pl_module) -> bool:
+        return pl_module.device.type == "cpu" and trainer.world_size <= 1
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset_train()
@@ -131,17 +152,18 @@ class RunStats(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._last_end is None:  # first step after start, validation or checkpointing
-            self._last_end = self._now(pl_module)
+            self._last_end, self._last_cpu = self._now(pl_module), time.thread_time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        now = self._now(pl_module)
+        now, cpu = self._now(pl_module), time.thread_time()
         self._steps_seen += 1
         if self._steps_seen > self.warmup_steps and self._last_end is not None:
             self._train_time += now - self._last_end
+            self._train_cpu += cpu - self._last_cpu
             self._train_samples += batch_size(batch)
             self._train_tokens += num_tokens(batch)
             self._train_steps += 1
-        self._last_end = now
+        self._last_end, self._last_cpu = now, cpu
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last_end = None
@@ -166,6 +188,8 @@ class RunStats(pl.Callback):
             self.summary["train/tokens_per_sec"] = tokens / seconds
             self.summary["train/steps_per_sec"] = self._train_steps / seconds  # every process takes every step
             self.summary["train/time_sec"] = seconds
+            if self._records_cpu_share(trainer, pl_module):
+                self.summary["train/cpu_share"] = self._train_cpu / seconds
         elif self._steps_seen:
             log.warning(
                 "Only %d training steps in this process (a resumed run counts only the steps after its checkpoint), "
@@ -178,7 +202,7 @@ class RunStats(pl.Callback):
     def on_test_epoch_start(self, trainer, pl_module) -> None:
         self._test_samples = 0
         self._test_tokens = 0
-        self._test_t0 = self._now(pl_module)
+        self._test_t0, self._test_cpu0 = self._now(pl_module), time.thread_time()
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._test_samples += batch_size(batch)
@@ -191,4 +215,6 @@ class RunStats(pl.Callback):
         if elapsed > 0 and samples:
             self.summary["test/samples_per_sec"] = samples / elapsed
             self.summary["test/tokens_per_sec"] = tokens / elapsed
+            if self._records_cpu_share(trainer, pl_module):
+                self.summary["test/cpu_share"] = (time.thread_time() - self._test_cpu0) / elapsed
         self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))

@@ -1,0 +1,199 @@
+"""Throughput that a paused or shared CPU would understate: ``train/cpu_share``, ``test/cpu_share`` and the report.
+
+A wall-clock rate only errs low: a run whose process was stopped (SIGSTOP) or shared its core takes longer for
+the same work. In this project's own published runs a background experiment paused during CI recorded 349
+tokens/s against 10,742 for its neighbour, and five of the 35 SST-2 compare jobs ran at half speed, moving the
+mean rate of their score function by ~10%. These tests pin the guard: RunStats' share by hand (fake clocks),
+and the report's median over the undisturbed runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import torch
+
+from attnbench.callbacks.run_stats import RunStats
+from attnbench.report_stats import ACC, MIN_CPU_SHARE, STATUS_OK, disturbed_runs, summarise
+
+from .conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+class _Clocks:
+    """A fake wall clock (``time.perf_counter``) and thread CPU clock (``time.thread_time``), in seconds."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = 1000.0, 50.0
+
+    def step(self, wall: float, cpu: float) -> None:
+        self.wall += wall
+        self.cpu += cpu
+
+
+@pytest.fixture
+def clocks(monkeypatch):
+    clocks = _Clocks()
+    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", lambda: clocks.wall)
+    monkeypatch.setattr("attnbench.callbacks.run_stats.time.thread_time", lambda: clocks.cpu)
+    return clocks
+
+
+def _batch(samples: int = 2, tokens: int = 20) -> dict[str, torch.Tensor]:
+    return {"labels": torch.zeros(samples, dtype=torch.long), "num_tokens": torch.tensor(tokens)}
+
+
+def _module(device: str = "cpu"):
+    return SimpleNamespace(device=torch.device(device), parameters=lambda: iter([torch.zeros(3)]))
+
+
+def _fit(stats, trainer, module, clocks, steps):
+    stats.on_fit_start(trainer, module)
+    for i, (wall, cpu) in enumerate(steps):
+        stats.on_train_batch_start(trainer, module, _batch(), i)
+        clocks.step(wall, cpu)
+        stats.on_train_batch_end(trainer, module, None, _batch(), i)
+    stats.on_fit_end(trainer, module)
+
+
+def _test(stats, trainer, module, clocks, wall, cpu):
+    stats.on_test_epoch_start(trainer, module)
+    clocks.step(wall, cpu)
+    stats.on_test_batch_end(trainer, module, None, _batch(4, 40), 0)
+    stats.on_test_epoch_end(trainer, module)
+
+
+def test_cpu_share_is_thread_cpu_seconds_over_wall_seconds_of_the_measured_steps(clocks):
+    stats = RunStats(warmup_steps=2)
+    trainer, module = SimpleNamespace(world_size=1), _module()
+    # two warm-up steps (left out, whatever their share), then 3 s of wall time with 1.5 s of CPU:
+    # a step that got its core, one paused for 1 s (no CPU), one on a shared core (half)
+    _fit(stats, trainer, module, clocks, [(5.0, 0.1), (5.0, 5.0), (0.5, 0.5), (1.5, 0.5), (1.0, 0.5)])
+    assert stats.summary["train/time_sec"] == pytest.approx(3.0, rel=1e-12)
+    assert stats.summary["train/cpu_share"] == pytest.approx(1.5 / 3.0, rel=1e-12)
+    _test(stats, trainer, module, clocks, wall=4.0, cpu=3.0)
+    assert stats.summary["test/cpu_share"] == pytest.approx(0.75, rel=1e-12)
+
+
+def test_the_time_between_epochs_and_validation_is_not_counted_in_the_share(clocks):
+    stats = RunStats(warmup_steps=0)
+    trainer, module = SimpleNamespace(world_size=1), _module()
+    stats.on_fit_start(trainer, module)
+    for i in range(2):
+        stats.on_train_batch_start(trainer, module, _batch(), i)
+        clocks.step(1.0, 0.9)
+        stats.on_train_batch_end(trainer, module, None, _batch(), i)
+        stats.on_validation_start(trainer, module)
+        clocks.step(10.0, 0.0)  # a validation spent waiting (say on a slow disk): not training time
+    stats.on_fit_end(trainer, module)
+    assert stats.summary["train/cpu_share"] == pytest.approx(0.9, rel=1e-12)
+
+
+@pytest.mark.parametrize("device, world_size", [("cuda", 1), ("cpu", 2)])
+def test_no_share_on_a_gpu_or_under_ddp(clocks, monkeypatch, device, world_size):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # a CPU-only torch has no CUDA
+    monkeypatch.setattr("attnbench.callbacks.run_stats.reset_peak_memory", lambda device: None)
+    monkeypatch.setattr("attnbench.callbacks.run_stats.peak_memory_bytes", lambda device: 0)
+    stats = RunStats(warmup_steps=0)
+    module = _module(device)
+    trainer = SimpleNamespace(world_size=world_size, strategy=SimpleNamespace(
+        root_device=torch.device("cpu"), all_gather=lambda t: torch.stack([t, t])))
+    _fit(stats, trainer, module, clocks, [(1.0, 0.2)])
+    _test(stats, trainer, module, clocks, wall=1.0, cpu=0.2)
+    assert stats.summary["train/time_sec"] == pytest.approx(1.0, rel=1e-12)  # the rates are still there
+    assert "train/cpu_share" not in stats.summary and "test/cpu_share" not in stats.summary
+
+
+# --------------------------------------------------------------------------- the report's throughput columns
+
+
+def _job(attention, seed, train_rate, test_rate, train_share=None, test_share=None, **extra):
+    row = {"attention": attention, "seed": seed, "status": STATUS_OK, ACC: 0.8,
+           "train/tokens_per_sec": train_rate, "test/tokens_per_sec": test_rate,
+           "train/steps_per_sec": train_rate / 100, **extra}
+    if train_share is not None:
+        row["train/cpu_share"] = train_share
+    if test_share is not None:
+        row["test/cpu_share"] = test_share
+    return row
+
+
+def test_rates_are_the_median_of_the_undisturbed_runs():
+    jobs = pd.DataFrame([
+        # dot: seed 1 shared its core while training (0.5) but not while testing
+        _job("dot", 0, 1000.0, 5000.0, 0.99, 0.98),
+        _job("dot", 1, 400.0, 5200.0, 0.5, 0.97),
+        _job("dot", 2, 3000.0, 9000.0, 0.98, 0.99),
+        # scaled_dot: at exactly the threshold a run counts; seed 2's test loop was paused
+        _job("scaled_dot", 0, 2000.0, 6000.0, MIN_CPU_SHARE, 0.99),
+        _job("scaled_dot", 1, 2200.0, 6400.0, 0.95, 0.99),
+        _job("scaled_dot", 2, 2100.0, 100.0, 0.99, 0.2),
+    ])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    dot, base = table.loc["dot"], table.loc["scaled_dot"]
+    # dot training: seeds 0 and 2 -> median (1000 + 3000) / 2 = 2000 (all three: 1000; the mean: 1466.7)
+    assert dot["train_tok_s"] == pytest.approx(2000.0, rel=1e-12)
+    assert dot["train_steps_s"] == pytest.approx(20.0, rel=1e-12)
+    assert dot["sec_per_step"] == pytest.approx(1 / 20.0, rel=1e-12)
+    # dot test: nothing disturbed -> median of 5000, 5200, 9000 = 5200 (the mean would be 6400)
+    assert dot["test_tok_s"] == pytest.approx(5200.0, rel=1e-12)
+    assert dot["n_disturbed"] == 1
+    # scaled_dot training: all three (0.9 is not below the threshold) -> 2100; test: seeds 0, 1 -> 6200
+    assert base["train_tok_s"] == pytest.approx(2100.0, rel=1e-12)
+    assert base["test_tok_s"] == pytest.approx(6200.0, rel=1e-12)
+    assert base["n_disturbed"] == 1
+    # accuracy counts every finished run, disturbed or not
+    assert dot["n"] == 3 and base["n"] == 3
+
+
+def test_runs_without_a_share_count_and_a_variant_all_disturbed_has_no_rate():
+    jobs = pd.DataFrame([
+        _job("dot", 0, 1000.0, 10.0), _job("dot", 1, 3000.0, 30.0), _job("dot", 2, 8000.0, 20.0),
+        _job("l2", 0, 500.0, 50.0, 0.4, 0.3), _job("l2", 1, 700.0, 70.0, 0.6, 0.2),
+    ])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    # dot has no share recorded (GPU, DDP or an older run): every run counts, median 3000 / 20
+    assert table.loc["dot", "train_tok_s"] == 3000.0 and table.loc["dot", "test_tok_s"] == 20.0
+    assert table.loc["dot", "n_disturbed"] == 0
+    l2 = table.loc["l2"]
+    assert math.isnan(l2["train_tok_s"]) and math.isnan(l2["test_tok_s"]) and math.isnan(l2["sec_per_step"])
+    assert l2["n_disturbed"] == 2 and l2["n"] == 2
+
+
+def test_a_disturbed_stopped_run_does_not_inflate_the_extrapolated_time():
+    jobs = pd.DataFrame([
+        # both stopped by the cap at 10 of 100 steps: seed 0 at 0.5 steps/s undisturbed, seed 1 paused (0.1)
+        _job("additive", 0, 50.0, 1.0, 0.99, 0.99, stopped_by="max_time", **{
+            "train/steps_done": 10, "train/steps_planned": 100}),
+        _job("additive", 1, 10.0, 1.0, 0.2, 0.99, stopped_by="max_time", **{
+            "train/steps_done": 10, "train/steps_planned": 100}),
+    ])
+    row = summarise(jobs, ["attention", "seed"]).iloc[0]
+    assert row["n_stopped"] == 2 and row["steps_done"] == 10.0
+    assert row["extrapolated_sec"] == pytest.approx(100 / 0.5, rel=1e-12)  # not the mean with 100 / 0.1
+
+
+def test_disturbed_runs_reads_strings_and_missing_values():
+    jobs = pd.DataFrame({"train/cpu_share": ["0.5", None, 0.95, "x"]})
+    assert disturbed_runs(jobs).tolist() == [True, False, False, False]
+    assert disturbed_runs(jobs, "test/cpu_share").tolist() == [False] * 4
+
+
+def test_the_report_lists_the_runs_left_out_of_the_rates(tmp_path):
+    jobs = pd.DataFrame([
+        {**_job("dot", 0, 1000.0, 5000.0, 0.99, 0.99), "job": "0"},
+        {**_job("dot", 1, 349.0, 5000.0, 0.03, 0.99), "job": "1"},
+    ])
+    text = report.build_report(jobs, ["attention", "seed"], "test", tmp_path)
+    section = text.split("## Runs left out of the throughput columns (disturbed)")[1].split("##")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| 1 ")]
+    assert rows == ["| 1 | dot | 1 | 0.03 | 0.99 | 349 |"]
+    assert "| 0 |" not in section
+    assert "median over seeds of the runs nothing disturbed" in text

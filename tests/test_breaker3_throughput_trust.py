@@ -1,0 +1,77 @@
+"""Breaker round 3 (throughput trust): real faults found after the cpu-share guard (commits ac05fdf, e2f5d65).
+
+These tests FAIL on the code they were written against; each pins one fault a user would read as the framework's
+speed (or cost) with nothing saying it is wrong. Measured evidence is in the breaker3 report.
+
+1. Gradient accumulation: ``train/steps_per_sec`` counts micro-batches (one per ``on_train_batch_end``) while
+   ``train/steps_planned`` and ``trainer.max_steps`` count optimizer steps, so the report's "s/step" and its
+   extrapolated whole-budget time (``steps_planned / steps_per_sec``) are ``accumulate_grad_batches`` times too
+   low. Measured: a run with ``+trainer.accumulate_grad_batches=4`` stopped by ``max_time`` at 50 of 200 steps
+   read 13.19 steps/s and "whole budget (extrapolated) 15.2 s"; at that batch rate the 800 batches of its budget
+   take 60.6 s.
+2. The report's "Runs left out of the throughput columns (disturbed)" table, when nothing is swept (one run, or
+   runs of one setting), has a header with 5 cells (an empty one for the missing swept keys), a delimiter row with
+   4 and rows with 4: not a Markdown table, and read by position its "train cpu share" column holds the test share.
+3. The end-of-run console printout gives "train tokens/s" of a run whose thread had half a core
+   (``train/cpu_share`` 0.485, two runs on one core: 8,865 tokens/s against 19,089 alone) with nothing saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pandas as pd
+import pytest
+
+from attnbench.report_stats import ACC, STATUS_OK
+from attnbench.run.console import format_summary
+
+from .conftest import REPO_ROOT
+from .test_faults import run_in_process, toy  # noqa: F401 - toy is a fixture used here
+
+_spec = importlib.util.spec_from_file_location("report_b3", REPO_ROOT / "scripts" / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+TOY_TRAIN_BATCHES = 22  # the toy split: 176 training rows in batches of 8 (tests/test_max_time.py)
+
+
+def test_steps_per_sec_counts_the_steps_that_max_steps_and_steps_planned_count(toy, tmp_path):  # noqa: F811
+    """With ``accumulate_grad_batches=2`` one epoch of 22 batches is 11 optimizer steps (``trainer.global_step``,
+    ``train/steps_done``). With ``warmup_steps=0`` every step is measured, so ``train/steps_per_sec`` x
+    ``train/time_sec`` must be those 11 steps, the unit ``train/steps_planned`` (and so the report's
+    ``extrapolated_sec = steps_planned / steps_per_sec``) uses; it is 22 (batches)."""
+    summary = run_in_process(toy, tmp_path / "run", "+trainer.accumulate_grad_batches=2", "trainer.max_epochs=1",
+                             "callbacks.run_stats.warmup_steps=0")
+    assert summary["train/steps_done"] == TOY_TRAIN_BATCHES // 2
+    measured_steps = summary["train/steps_per_sec"] * summary["train/time_sec"]
+    assert measured_steps == pytest.approx(summary["train/steps_done"], rel=1e-9), (
+        "train/steps_per_sec counts micro-batches, train/steps_planned optimizer steps")
+
+
+def _disturbed_job(job: str) -> dict:
+    return {"job": job, "status": STATUS_OK, ACC: 0.8, "train/tokens_per_sec": 9889.0, "test/tokens_per_sec": 31686.0,
+            "train/steps_per_sec": 13.19, "train/cpu_share": 0.49, "test/cpu_share": 0.97}
+
+
+def test_the_disturbed_table_is_a_table_when_nothing_is_swept(tmp_path):
+    """One disturbed run, nothing swept: the section's header, delimiter and row must have the same number of
+    cells, and the cell under "train cpu share" must be the train share (0.49), not the test share (0.97)."""
+    text = report.build_report(pd.DataFrame([_disturbed_job("g4")]), [], "test", tmp_path)
+    section = text.split("## Runs left out of the throughput columns (disturbed)")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    header, delimiter, row = table[0], table[1], table[2]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in (header, delimiter, row)]
+    assert len(cells[0]) == len(cells[1]) == len(cells[2]), table
+    assert dict(zip(cells[0], cells[2]))["train cpu share"] == "0.49"
+
+
+def test_the_console_says_when_the_printed_rate_was_disturbed():
+    """The console's "train tokens/s" of a run at ``train/cpu_share`` 0.485 (measured: two real runs on one core)
+    must not read as the framework's speed: the printout must name the share (0.49 or 49%) as it does in the
+    report's disturbed section."""
+    summary = {"test/acc": 0.758, "val/acc_best": 0.7275, "train/tokens_per_sec": 8865.2, "test/tokens_per_sec": 31805.6,
+               "train/cpu_share": 0.485, "test/cpu_share": 0.496, "perf/peak_mem_bytes": 893_000_000.0,
+               "model/params": 2_321_666.0, "time/total_sec": 48.7}
+    text = format_summary(summary, {"run_name": "scaled_dot-sst2-s0", "output_dir": "/tmp/run"})
+    assert "0.49" in text or "49%" in text or "49 %" in text, text

@@ -462,6 +462,7 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     stopped = jobs[(jobs["status"] == STATUS_OK) & stopped_runs(jobs)]
     if stopped.empty:
         return ""
+    disturbed = disturbed_runs(stopped, "train/cpu_share")
     headers = ["job", *swept, "stopped by", "steps done / planned", "s/step (measured)", "training time (measured)",
                "whole budget (extrapolated)", "test acc at the stop (not final)"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
@@ -470,11 +471,13 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
         rate, seconds = r.get("train/steps_per_sec"), r.get("train/time_sec")
         sec_step = 1.0 / rate if _finite(rate) and rate > 0 else math.nan
         whole = planned / rate if _finite(planned) and _finite(rate) and rate > 0 else math.nan
+        # a disturbed run's rate understates it: said in the cells that rest on it
+        mark = f" (disturbed: cpu share {r.get('train/cpu_share'):.2f})" if disturbed[r.name] else ""
         cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
         cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
-                  "–" if math.isnan(sec_step) else f"{sec_step:.3g}",
+                  "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",
                   human_seconds(seconds) if _finite(seconds) else "–",
-                  human_seconds(whole) if not math.isnan(whole) else "–",
+                  human_seconds(whole) + mark if not math.isnan(whole) else "–",
                   f"{r.get(ACC):.4f} ({STOPPED_MARK})" if _finite(r.get(ACC)) else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -488,8 +491,8 @@ def disturbed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     flagged = finished[disturbed_runs(finished, "train/cpu_share") | disturbed_runs(finished, "test/cpu_share")]
     if flagged.empty:
         return ""
-    lines = ["| job | " + " | ".join(swept) + " | train cpu share | test cpu share | train tok/s (left out) |",
-             "|" + "---|" * (len(swept) + 4)]
+    headers = ["job", *swept, "train cpu share", "test cpu share", "train tok/s (left out)"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, r in flagged.iterrows():
         cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("train/cpu_share"), 2),
                  _fmt(r.get("test/cpu_share"), 2), _fmt(r.get("train/tokens_per_sec"), 0)]
@@ -699,8 +702,9 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         "Test accuracy over seeds: mean ± sample std, and the 95% Student-t confidence interval "
         f"({ONE_SEED!r} where one seed gives none). "
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "
-        "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (see "
-        f"below: cpu share ≥ {MIN_CPU_SHARE}); memory is the mean over seeds, on CPU the process's peak RSS.",
+        "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (a CPU run whose "
+        f"thread had less than {MIN_CPU_SHARE} of a core, `train/cpu_share` / `test/cpu_share`, is left out and "
+        "listed below); memory is the mean over seeds, on CPU the process's peak RSS.",
         "",
     ]
     if table.empty:
@@ -723,8 +727,9 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
                   "that phase do not.", "", disturbed, ""]
     problems = jobs[jobs["status"] != STATUS_OK]
     if len(problems):
-        lines += ["## Failed, incomplete or missing jobs", "", "| job | " + " | ".join(swept) + " | status | last step | error |",
-                  "|" + "---|" * (len(swept) + 4)]
+        headers = ["job", *swept, "status", "last step", "error"]
+        lines += ["## Failed, incomplete or missing jobs", "", "| " + " | ".join(headers) + " |",
+                  "|" + "---|" * len(headers)]
         for _, r in problems.iterrows():
             cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
             step = r.get("last_step")

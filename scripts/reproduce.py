@@ -189,10 +189,17 @@ def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
 
 
 def measured_seconds(manifest: dict) -> dict[str, float]:
-    """Median wall seconds of the jobs ``manifest`` saw run whole (not resumed), by :attr:`Job.estimate_key`."""
+    """Median wall seconds of the jobs ``manifest`` saw run whole (not resumed), one at a time (``parallel_jobs``
+    1) and undisturbed (the run's ``train/cpu_share``, where recorded, at least
+    :data:`attnbench.report_stats.MIN_CPU_SHARE`: a paused job's wall time is no estimate), by
+    :attr:`Job.estimate_key`."""
+    from attnbench.report_stats import MIN_CPU_SHARE
+
     measured: dict[str, list[float]] = {}
     for entry in manifest["jobs"].values():
-        if entry.get("status") == "done" and entry.get("complete_run_seconds"):
+        alone = entry.get("parallel_jobs", 1) == 1
+        steady = entry.get("cpu_share") is None or entry["cpu_share"] >= MIN_CPU_SHARE
+        if entry.get("status") == "done" and entry.get("complete_run_seconds") and alone and steady:
             measured.setdefault(entry["estimate_key"], []).append(entry["complete_run_seconds"])
     return {k: statistics.median(v) for k, v in measured.items()}
 
@@ -308,6 +315,8 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
         entry["seconds"] = entry.get("seconds", 0.0) + seconds
         if ok and status in ("todo", "leftover"):
             entry["complete_run_seconds"] = seconds  # a whole run in one go: a clean duration estimate
+        if ok:  # how much of a core its training thread had (RunStats; absent on GPU): a low share flags a pause
+            entry["cpu_share"] = json.loads((job.run_dir / "metrics.json").read_text()).get("train/cpu_share")
         save_manifest(out, manifest)
     return ok
 

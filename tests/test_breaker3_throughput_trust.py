@@ -74,4 +74,10 @@ def test_the_console_says_when_the_printed_rate_was_disturbed():
                "train/cpu_share": 0.485, "test/cpu_share": 0.496, "perf/peak_mem_bytes": 893_000_000.0,
                "model/params": 2_321_666.0, "time/total_sec": 48.7}
     text = format_summary(summary, {"run_name": "scaled_dot-sst2-s0", "output_dir": "/tmp/run"})
-    assert "0.49" in text or "49%" in text or "49 %" in text, text
+    train_line = next(line for line in text.splitlines() if "train tokens/s" in line)
+    assert "8,865" in train_line and f"cpu share {0.485:.2f}" in train_line and "disturbed" in train_line, text
+    # the test loop had half a core too (0.496), and an undisturbed rate is printed plain
+    assert "disturbed" in next(line for line in text.splitlines() if "test tokens/s" in line)
+    plain = format_summary({**summary, "test/cpu_share": 0.97}, {"run_name": "r", "output_dir": "/tmp/run"})
+    assert "disturbed" not in next(line for line in plain.splitlines() if "test tokens/s" in line)
+    assert "disturbed" not in format_summary({"train/tokens_per_sec": 1.0}, {"run_name": "r", "output_dir": "/o"})

@@ -109,7 +109,7 @@ def test_run_stats_throughput_formula_by_hand(monkeypatch):
     monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
     stats = RunStats(warmup_steps=2)
     module = SimpleNamespace(device=torch.device("cpu"), parameters=lambda: iter([torch.zeros(3, 4), torch.zeros(5)]))
-    trainer = SimpleNamespace(world_size=1)
+    trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, module)
     # five steps: (batch size, non-padding tokens, seconds the step takes)
     steps = [(8, 100, 9.0), (8, 120, 5.0), (8, 50, 0.5), (4, 30, 0.25), (8, 70, 0.25)]
@@ -117,6 +117,7 @@ def test_run_stats_throughput_formula_by_hand(monkeypatch):
         batch = {"labels": torch.zeros(b), "num_tokens": torch.tensor(tokens)}
         stats.on_train_batch_start(trainer, module, batch, i)
         clock.t += seconds
+        trainer.global_step += 1  # one optimizer step per batch (no accumulation)
         stats.on_train_batch_end(trainer, module, None, batch, i)
     stats.on_fit_end(trainer, module)
     # steps 3-5 only: 150 tokens, 20 samples, 3 steps in 1.0 s
@@ -133,12 +134,13 @@ def test_run_stats_excludes_validation_gap(monkeypatch):
     monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
     stats = RunStats(warmup_steps=0)
     module = SimpleNamespace(device=torch.device("cpu"), parameters=lambda: iter([]))
-    trainer = SimpleNamespace(world_size=1)
+    trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, module)
     batch = {"labels": torch.zeros(2), "num_tokens": torch.tensor(10)}
     for i in range(2):
         stats.on_train_batch_start(trainer, module, batch, i)
         clock.t += 0.5
+        trainer.global_step += 1  # one optimizer step per batch (no accumulation)
         stats.on_train_batch_end(trainer, module, None, batch, i)
         stats.on_validation_start(trainer, module)
         clock.t += 60.0  # validation: excluded

@@ -84,8 +84,12 @@ def test_measured_seconds_are_the_median_of_whole_finished_runs():
         "c": entry("k", complete_run_seconds=200.0),
         "d": entry("k", seconds=50.0),  # resumed: its time is a part of a run, not an estimate
         "e": entry("k", status="failed (exit 1)", complete_run_seconds=5.0),
-        "f": entry("other", complete_run_seconds=30.0), "g": entry("other", complete_run_seconds=50.0)}}
-    assert reproduce.measured_seconds(manifest) == {"k": 200.0, "other": 40.0}
+        "f": entry("other", complete_run_seconds=30.0), "g": entry("other", complete_run_seconds=50.0),
+        # no estimate from a job that shared the machine: paused (its thread had 3% of a core), one of two at once
+        "h": entry("other", complete_run_seconds=5660.0, cpu_share=0.03),
+        "i": entry("other", complete_run_seconds=90.0, parallel_jobs=2),
+        "j": entry("k", complete_run_seconds=150.0, cpu_share=0.9, parallel_jobs=1)}}  # at the threshold: counts
+    assert reproduce.measured_seconds(manifest) == {"k": 175.0, "other": 40.0}
 
 
 def test_the_documented_job_count_is_the_plans(plans):
@@ -131,6 +135,8 @@ def test_runs_skips_resumes_reports_and_records(tmp_path):
     for name in runs:
         entry = manifest["jobs"][f"compare/{name}"]
         assert entry["status"] == "done" and entry["commits"] == [commit] and entry["complete_run_seconds"] > 0
+        # what vouches for its time as an estimate (None where the run was all warm-up: no training rate)
+        assert entry["cpu_share"] == metrics[name].get("train/cpu_share")
     report_csv = (out / "compare" / "report" / "report.csv").read_text()
     assert "scaled_dot" in report_csv and "dot" in report_csv
 

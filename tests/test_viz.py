@@ -219,7 +219,9 @@ def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tm
     csv = pd.read_csv(out / "report.csv").set_index("attention")
     assert sorted(table.index) == sorted(csv.index) == ["dot", "scaled_dot"]
     for column in ("acc_mean", "n", "train_tok_s", "test_tok_s", "peak_mem_mb", "params"):
-        assert table[column].astype(float).to_dict() == pytest.approx(csv[column].astype(float).to_dict(), rel=1e-12)
+        # (a rate is NaN on both sides when a shared core left every run out of it: tests/test_disturbed_runs.py)
+        assert table[column].astype(float).to_dict() == pytest.approx(csv[column].astype(float).to_dict(), rel=1e-12,
+                                                                       nan_ok=True)
     for name in ("scaled_dot", "dot"):  # and the csv holds the runs' own numbers
         metrics = json.loads((tiny_runs / name / "metrics.json").read_text())
         assert csv.loc[name, "acc_mean"] == pytest.approx(metrics["test/acc"], rel=1e-12)

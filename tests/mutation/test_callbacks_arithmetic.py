@@ -40,6 +40,7 @@ def _train(stats, trainer, module, clock, steps, start=0):
         batch = _batch(samples, tokens)
         stats.on_train_batch_start(trainer, module, batch, i)
         clock.t += seconds
+        trainer.global_step += 1  # one optimizer step per batch (no accumulation)
         stats.on_train_batch_end(trainer, module, None, batch, i)
 
 
@@ -58,7 +59,7 @@ def test_batch_size_and_tokens_read_the_collated_batch():
 
 def test_default_warmup_is_twenty_steps(clock):
     stats = RunStats()
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     # 20 warm-up steps of 10 s each, then 4 steps of 0.5 s with 3 samples and 30 tokens each
     _train(stats, trainer, module, clock, [(1, 1, 10.0)] * 20 + [(3, 30, 0.5)] * 4)
@@ -73,7 +74,7 @@ def test_default_warmup_is_twenty_steps(clock):
 
 def test_epoch_boundary_and_validation_gaps_are_not_training_time(clock):
     stats = RunStats(warmup_steps=1)
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 20, 3.0), (2, 20, 1.0)])  # step 1 warm-up, step 2: 1 s
     stats.on_train_epoch_end(trainer, module)
@@ -92,7 +93,7 @@ def test_epoch_boundary_and_validation_gaps_are_not_training_time(clock):
 
 def test_data_loading_between_steps_is_training_time(clock):
     stats = RunStats(warmup_steps=0)
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 10, 1.0)])
     clock.t += 3.0  # the next batch's loading, between on_train_batch_end and the next step: counted
@@ -104,7 +105,7 @@ def test_data_loading_between_steps_is_training_time(clock):
 
 def test_a_second_fit_starts_from_zero(clock):
     stats = RunStats(warmup_steps=0)
-    trainer = SimpleNamespace(world_size=1)
+    trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, _module(5))
     _train(stats, trainer, _module(5), clock, [(10, 100, 1.0)] * 3)
     stats.on_fit_end(trainer, _module(5))
@@ -119,7 +120,7 @@ def test_a_second_fit_starts_from_zero(clock):
 
 def test_only_warmup_steps_report_no_training_rate(clock):
     stats = RunStats(warmup_steps=5)
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 10, 1.0)] * 5)
     stats.on_fit_end(trainer, module)
@@ -135,7 +136,7 @@ def _rss_bytes() -> int:
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux only")
 def test_peak_memory_is_at_least_the_resident_memory_after_fit_and_test(clock):
     stats = RunStats(warmup_steps=0)
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     stats.on_fit_end(trainer, module)
     assert isinstance(stats.summary["perf/peak_mem_bytes"], float)
@@ -148,7 +149,7 @@ def test_peak_memory_is_at_least_the_resident_memory_after_fit_and_test(clock):
 
 def test_test_throughput_by_hand(clock):
     stats = RunStats()
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     for i, (samples, tokens) in enumerate([(8, 100), (8, 60), (3, 20)]):
         clock.t += 0.5
@@ -171,7 +172,7 @@ def test_test_throughput_by_hand(clock):
 
 def test_empty_or_instant_test_loop_reports_no_rate(clock):
     stats = RunStats()
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     clock.t += 1.0
     stats.on_test_epoch_end(trainer, module)  # no batch: no rate
@@ -201,7 +202,7 @@ def test_ddp_rates_count_every_process_over_the_slowest(clock):
     # this rank: steps 2-3 measured (warm-up 1): 2 s, 8 samples, 80 tokens; the other rank: 10 samples,
     # 120 tokens in 2.5 s. Whole job: 18 samples, 200 tokens over 2.5 s; 2 steps (every rank takes each step).
     strategy = _TwoRanks([10.0, 120.0, 2.5])
-    trainer = SimpleNamespace(world_size=2, strategy=strategy)
+    trainer = SimpleNamespace(world_size=2, global_step=0, strategy=strategy)
     stats = RunStats(warmup_steps=1)
     module = _module()
     stats.on_fit_start(trainer, module)
@@ -223,7 +224,7 @@ def test_ddp_rates_count_every_process_over_the_slowest(clock):
 
 def test_ddp_slowest_rank_is_the_max_not_the_first(clock):
     strategy = _TwoRanks([1.0, 1.0, 0.5])  # the other rank was faster: this rank's 4 s count
-    trainer = SimpleNamespace(world_size=2, strategy=strategy)
+    trainer = SimpleNamespace(world_size=2, global_step=0, strategy=strategy)
     stats = RunStats(warmup_steps=0)
     module = _module()
     stats.on_fit_start(trainer, module)
@@ -326,7 +327,7 @@ def test_gradient_norms_skip_layers_without_gradients_and_biases():
 
 def test_test_throughput_of_a_sub_second_loop(clock):
     stats = RunStats()
-    trainer, module = SimpleNamespace(world_size=1), _module()
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     stats.on_test_batch_end(trainer, module, None, _batch(5, 50), 0)
     clock.t += 0.25
@@ -354,3 +355,22 @@ def test_statistics_of_small_scores_and_two_key_sequences_match_the_reference():
         assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-15), name
     # the two-key rows are in entropy_norm: with scores ~1e-3 every row is near uniform, entropy_norm ~ 1
     assert got["entropy_norm"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_steps_per_sec_counts_optimizer_steps_under_gradient_accumulation(clock):
+    """``train/steps_per_sec`` is in optimizer steps (``trainer.global_step``), the unit of ``trainer.max_steps``
+    and ``train/steps_planned``: with accumulate_grad_batches=2 over 5 batches of 1 s the global step moves
+    after batches 2, 4 and 5 (an epoch's last batch ends a step too)."""
+    stats = RunStats(warmup_steps=1)
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
+    stats.on_fit_start(trainer, module)
+    for i, global_step_after in enumerate([0, 1, 1, 2, 3]):
+        stats.on_train_batch_start(trainer, module, _batch(2, 10), i)
+        clock.t += 1.0
+        trainer.global_step = global_step_after
+        stats.on_train_batch_end(trainer, module, None, _batch(2, 10), i)
+    stats.on_fit_end(trainer, module)
+    # measured: batches 2-5 (4 s, 8 samples, 40 tokens) and optimizer steps 1..3 (3 steps)
+    assert stats.summary["train/time_sec"] == pytest.approx(4.0, rel=1e-12)
+    assert stats.summary["train/steps_per_sec"] == pytest.approx(3 / 4.0, rel=1e-12)
+    assert stats.summary["train/samples_per_sec"] == pytest.approx(8 / 4.0, rel=1e-12)

@@ -80,10 +80,15 @@ def peak_memory_bytes(device: torch.device) -> int:
 class RunStats(pl.Callback):
     """Whole-run throughput, peak memory and parameter count.
 
-    Training rate: samples and non-padding tokens of every training step after
-    the first ``warmup_steps``, divided by the wall time of those steps
-    (seconds, CUDA-synchronised; data loading between steps counted, while
-    validation, checkpointing and the first fetch after each of them are not).
+    Training rate: samples and non-padding tokens of every training batch after
+    the first ``warmup_steps`` batches, divided by the wall time of those
+    batches (seconds, CUDA-synchronised; data loading between batches counted,
+    while validation, the end of an epoch with its checkpoint and the first
+    fetch after each of them are not; a checkpoint saved mid-epoch,
+    ``callbacks.last_checkpoint.every_n_train_steps``, counts in the next
+    batch). ``train/steps_per_sec`` counts optimizer steps
+    (``trainer.global_step``), the unit of ``trainer.max_steps``: with
+    ``accumulate_grad_batches=k`` one per k batches.
     Test rate: the same over the whole test loop (inference only). Under DDP
     both count the samples and tokens of every process, over the time of the
     slowest: the whole job's throughput. (Evaluation loaders give each
@@ -104,7 +109,9 @@ class RunStats(pl.Callback):
     seconds of the same measured steps. An undisturbed run keeps its thread
     busy (about 1.0, with any number of intra-op threads: the calling thread
     takes part in every parallel region); a run that had half a core reads
-    about 0.5. :func:`attnbench.report_stats.summarise` leaves runs below
+    about 0.5. With several threads only the calling thread is seen: another
+    process on a worker thread's core slows the step without lowering the
+    share. :func:`attnbench.report_stats.summarise` leaves runs below
     :data:`attnbench.report_stats.MIN_CPU_SHARE` out of its throughput
     columns. Not recorded on GPU (the thread waits for the device) nor under
     DDP (processes wait for each other in the all-reduce), where it would not
@@ -134,6 +141,7 @@ class RunStats(pl.Callback):
         self._train_steps = 0
         self._last_end: float | None = None
         self._last_cpu = 0.0
+        self._last_step = 0
 
     @staticmethod
     def _now(pl_module: pl.LightningModule) -> float:
@@ -153,17 +161,20 @@ class RunStats(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._last_end is None:  # first step after start, validation or checkpointing
             self._last_end, self._last_cpu = self._now(pl_module), time.thread_time()
+            self._last_step = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        now, cpu = self._now(pl_module), time.thread_time()
+        now, cpu, step = self._now(pl_module), time.thread_time(), trainer.global_step
         self._steps_seen += 1
         if self._steps_seen > self.warmup_steps and self._last_end is not None:
             self._train_time += now - self._last_end
             self._train_cpu += cpu - self._last_cpu
             self._train_samples += batch_size(batch)
             self._train_tokens += num_tokens(batch)
-            self._train_steps += 1
-        self._last_end, self._last_cpu = now, cpu
+            # optimizer steps (the unit of trainer.max_steps and train/steps_planned): with
+            # accumulate_grad_batches=k the global step moves on every k-th batch (and on an epoch's last)
+            self._train_steps += step - self._last_step
+        self._last_end, self._last_cpu, self._last_step = now, cpu, step
 
     def on_validation_start(self, trainer, pl_module) -> None:
         self._last_end = None

@@ -19,6 +19,8 @@ HEADLINE: tuple[tuple[str, str, str], ...] = (
     ("parameters", "model/params", "count"),
     ("total time", "time/total_sec", "seconds"),
 )
+# the share of a CPU core each printed rate's thread had (RunStats); below report_stats.MIN_CPU_SHARE it is flagged
+CPU_SHARE = {"train/tokens_per_sec": "train/cpu_share", "test/tokens_per_sec": "test/cpu_share"}
 
 
 def human_bytes(n: float) -> str:
@@ -60,6 +62,9 @@ def _format(value: Any, kind: str) -> str:
 def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
     """The end-of-run text: a title line, the :data:`HEADLINE` figures one per line, where the rest is.
 
+    A rate whose thread had less than :data:`attnbench.report_stats.MIN_CPU_SHARE` of a CPU core (``*/cpu_share``:
+    the process was paused or shared its core) is printed with that share and marked as disturbed.
+
     Args:
         summary: the run summary (metric key -> float), as written to ``metrics.json``.
         info: ``run_name``, ``output_dir``, ``stopped_by`` (``"max_time"`` when ``trainer.max_time`` ended the
@@ -72,9 +77,15 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
         steps = f" after {done:,.0f} of {planned:,.0f} steps" if done is not None and planned is not None else ""
         state = f"stopped by trainer.{info['stopped_by']}{steps} (not trained to its budget)"
     lines = [f"attnbench · {info['run_name']} · {state}"]
+    from attnbench.report_stats import MIN_CPU_SHARE
+
     width = max(len(label) for label, _, _ in HEADLINE)
     for label, key, kind in HEADLINE:
-        lines.append(f"  {label:<{width}}  {_format(summary.get(key), kind)}")
+        line = f"  {label:<{width}}  {_format(summary.get(key), kind)}"
+        share = summary.get(CPU_SHARE.get(key, ""))
+        if share is not None and share < MIN_CPU_SHARE:  # a pause or a shared core: the rate understates the run
+            line += f"  (disturbed: cpu share {share:.2f} < {MIN_CPU_SHARE}; reports leave this rate out)"
+        lines.append(line)
     lines.append(f"All {len(summary)} figures: {info['output_dir']}/metrics.json (and csv/metrics.csv, checkpoints/)")
     if info.get("wandb_run_dir"):
         if info.get("wandb_mode") == "offline":

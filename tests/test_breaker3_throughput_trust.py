@@ -1,7 +1,7 @@
 """Breaker round 3 (throughput trust): real faults found after the cpu-share guard (commits ac05fdf, e2f5d65).
 
-These tests FAIL on the code they were written against; each pins one fault a user would read as the framework's
-speed (or cost) with nothing saying it is wrong. Measured evidence is in the breaker3 report.
+Each test failed on the code it was written against (commit e2f5d65) and pins one fault a user would read as the
+framework's speed (or cost) with nothing saying it is wrong; all three are fixed in 48de6be.
 
 1. Gradient accumulation: ``train/steps_per_sec`` counts micro-batches (one per ``on_train_batch_end``) while
    ``train/steps_planned`` and ``trainer.max_steps`` count optimizer steps, so the report's "s/step" and its

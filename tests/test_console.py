@@ -44,8 +44,10 @@ def test_summary_printed_once_headline_first_in_human_units(tiny_run):
     values = {line[2:18].strip(): line[18:].strip() for line in lines[:7]}
     assert values["test/acc"] == f"{metrics['test/acc']:.4f}"
     assert values["val/acc_best"] == f"{metrics['val/acc_best']:.4f}"
-    assert values["train tokens/s"] == f"{metrics['train/tokens_per_sec']:,.0f}"
-    assert values["test tokens/s"] == f"{metrics['test/tokens_per_sec']:,.0f}"
+    for phase in ("train", "test"):  # a rate whose thread had under 0.9 of a core (a shared core) is marked
+        share = metrics[f"{phase}/cpu_share"]
+        mark = f"  (disturbed: cpu share {share:.2f} < 0.9; reports leave this rate out)" if share < 0.9 else ""
+        assert values[f"{phase} tokens/s"] == f"{metrics[f'{phase}/tokens_per_sec']:,.0f}" + mark
     assert values["peak memory"] == human_bytes(metrics["perf/peak_mem_bytes"])
     assert re.fullmatch(r"\d+\.\d (MiB|GiB)", values["peak memory"])
     assert values["total time"] == human_seconds(metrics["time/total_sec"])

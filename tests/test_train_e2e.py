@@ -127,9 +127,13 @@ def test_short_run_learns(tmp_path, data_dir):
     assert "val/acc" in metrics and "step300" in metrics["best_checkpoint"]
 
 
-def test_report_reads_the_real_multirun(multirun, tmp_path):
-    """scripts/report.py on the seven-job sweep above: every job found, its test/acc carried through."""
+def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
+    """scripts/report.py on the seven-job sweep above: every job found, its test/acc and rates carried through.
+    (The disturbed-run rule is off here: these jobs may share a core with other work; what the rule leaves out is
+    pinned in tests/test_disturbed_runs.py.)"""
     import importlib.util
+
+    monkeypatch.setattr("attnbench.report_stats.MIN_CPU_SHARE", 0.0)
 
     spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
     report = importlib.util.module_from_spec(spec)

@@ -19,8 +19,6 @@ HEADLINE: tuple[tuple[str, str, str], ...] = (
     ("parameters", "model/params", "count"),
     ("total time", "time/total_sec", "seconds"),
 )
-# the share of a CPU core each printed rate's thread had (RunStats); below report_stats.MIN_CPU_SHARE it is flagged
-CPU_SHARE = {"train/tokens_per_sec": "train/cpu_share", "test/tokens_per_sec": "test/cpu_share"}
 
 
 def human_bytes(n: float) -> str:
@@ -77,12 +75,13 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
         steps = f" after {done:,.0f} of {planned:,.0f} steps" if done is not None and planned is not None else ""
         state = f"stopped by trainer.{info['stopped_by']}{steps} (not trained to its budget)"
     lines = [f"attnbench · {info['run_name']} · {state}"]
-    from attnbench.report_stats import MIN_CPU_SHARE
+    from attnbench.report_stats import MIN_CPU_SHARE, RATE_COLUMNS
 
+    cpu_share = {metric: share for _, metric, share in RATE_COLUMNS}  # the share that vouches for each rate
     width = max(len(label) for label, _, _ in HEADLINE)
     for label, key, kind in HEADLINE:
         line = f"  {label:<{width}}  {_format(summary.get(key), kind)}"
-        share = summary.get(CPU_SHARE.get(key, ""))
+        share = summary.get(cpu_share.get(key, ""))
         if share is not None and share < MIN_CPU_SHARE:  # a pause or a shared core: the rate understates the run
             line += f"  (disturbed: cpu share {share:.2f} < {MIN_CPU_SHARE}; reports leave this rate out)"
         lines.append(line)

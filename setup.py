@@ -19,7 +19,9 @@ setup(
     packages=[*find_packages("src"), *CONF],
     package_dir={"": "src", **{name: name.replace("attnbench.", "", 1).replace(".", "/") for name in CONF}},
     # setup() and pyproject's [tool.setuptools.package-data] do not merge (the pyproject table wins): all
-    # package data is listed here -- the configs, and the packaged default datasets (attnbench.data.sources)
+    # package data is listed here -- the configs, the packaged default datasets (attnbench.data.sources), and the
+    # C++ source of the CPU inference kernels, compiled on first use (attnbench.attention.cpu_kernels)
     package_data={**{name: ["*.yaml"] for name in CONF},
-                  "attnbench.data": ["default/*/*.parquet", "default/README.md"]},
+                  "attnbench.data": ["default/*/*.parquet", "default/README.md"],
+                  "attnbench.attention": ["*.cpp"]},
 )

@@ -21,6 +21,11 @@ Elsewhere than Linux/glibc the option does nothing (said so in the header).
     taskset -c 1 python scripts/bench_short_attention.py --threads 1
     taskset -c 1 python scripts/bench_short_attention.py --threads 1 --malloc default   # glibc as it comes
     python scripts/bench_short_attention.py --scores scaled_dot,euclidean,cosine,dot,general --contiguous
+    taskset -c 1 python scripts/bench_short_attention.py --threads 1 --eager   # also without the fused CPU kernels
+
+``cosine`` and ``euclidean`` run their inference through the fused CPU kernels of
+:mod:`attnbench.attention.cpu_kernels` (the header says whether they were built); ``--eager`` adds a row with
+them turned off, timed in the same interleaved rounds.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import ctypes
 import platform
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from omegaconf import OmegaConf
 
-from attnbench.attention import MultiHeadAttention
+from attnbench.attention import MultiHeadAttention, cpu_kernels
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--contiguous", action="store_true", help="also time contiguous copies of q, k, v")
+    parser.add_argument("--eager", action="store_true",
+                        help="also time the views with the fused CPU kernels off (the eager formulas)")
     parser.add_argument("--malloc", choices=("fixed", "default"), default="fixed",
                         help="fixed: glibc's mmap/trim thresholds fixed at start (stable ratios); default: as glibc "
                              "comes, thresholds adjusted while the process runs")
@@ -94,7 +102,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     lengths = torch.randint(1, n + 1, (b,), generator=gen)
     lengths[0] = n
     mask = torch.arange(n)[None, :] >= lengths[:, None]
-    layouts = ["views"] + (["contiguous"] if args.contiguous else [])
+    layouts = ["views"] + (["contiguous"] if args.contiguous else []) + (["views, eager"] if args.eager else [])
+    kernels_note = ("fused CPU kernels built" if cpu_kernels.kernels_for(x[None]) is not None
+                    else "fused CPU kernels not used")
+
+    def call(fn, q, k, v, eager):
+        if not eager:
+            return lambda: fn.attend(q, k, v, key_padding_mask=mask)
+
+        def eager_call():
+            with mock.patch.object(cpu_kernels, "kernels_for", lambda x: None):
+                return fn.attend(q, k, v, key_padding_mask=mask)
+        return eager_call
+
     calls = {}
     for name in names:
         torch.manual_seed(0)
@@ -102,20 +122,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         with torch.no_grad():
             qkv = mha.project(x)
         for layout in layouts:
-            q, k, v = qkv if layout == "views" else (t.contiguous() for t in qkv)
-            calls[(name, layout)] = (lambda fn, q=q, k=k, v=v: lambda: fn.attend(q, k, v, key_padding_mask=mask))(
-                mha.score_fn)
+            q, k, v = (t.contiguous() for t in qkv) if layout == "contiguous" else qkv
+            calls[(name, layout)] = call(mha.score_fn, q, k, v, eager=layout == "views, eager")
     best = time_calls(calls, args.rounds, args.number)
     print(f"one attention call, inference: B={b}, n={n}, d_model={m.d_model}, {m.n_heads} heads, padded "
           f"({float((~mask).float().mean()):.0%} real tokens); {torch.get_num_threads()} threads, best of "
           f"{args.rounds} interleaved rounds of {args.number} calls (process CPU time), torch {torch.__version__}; "
-          f"{malloc_note}")
+          f"{malloc_note}; {kernels_note}")
     out = {}
     for layout in layouts:
         ref = best[(names[0], layout)]
         row = "   ".join(f"{name} {best[(name, layout)] * 1e3:.2f} ms ({best[(name, layout)] / ref:.2f}x)"
                          for name in names)
-        print(f"  q, k, v {layout:<10}: {row}")
+        print(f"  q, k, v {layout:<12}: {row}")
         out.update({f"{name}/{layout}": best[(name, layout)] / ref for name in names})
     return out
 

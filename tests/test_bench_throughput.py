@@ -54,15 +54,23 @@ def test_gemm_peak_is_a_rate():
     assert 1e8 < peak < 1e14
 
 
-def test_short_attention_ratios():
+def test_short_attention_ratios(monkeypatch):
     bench = _script("bench_short_attention")
+    from attnbench.attention import cpu_kernels
+
+    calls = []
+    real = cpu_kernels.unit_rows
+    monkeypatch.setattr(cpu_kernels, "unit_rows", lambda *a: calls.append(1) or real(*a))
     # --malloc default: fixing glibc's thresholds is process-wide, and this process is the test session
-    out = bench.main(["--batch", "4", "--length", "8", "--rounds", "1", "--number", "1", "--contiguous",
+    out = bench.main(["--batch", "4", "--length", "8", "--rounds", "1", "--number", "1", "--contiguous", "--eager",
                       "--malloc", "default"])
-    assert out["scaled_dot/views"] == out["scaled_dot/contiguous"] == 1.0
+    layouts = ("views", "contiguous", "views, eager")
+    assert [out[f"scaled_dot/{lay}"] for lay in layouts] == [1.0, 1.0, 1.0]
     assert all(v > 0 for v in out.values()) and set(out) == {f"{n}/{lay}" for n in ("scaled_dot", "euclidean",
                                                                                       "cosine")
-                                                              for lay in ("views", "contiguous")}
+                                                              for lay in layouts}
+    # cosine's q and k through the kernel in the warm-up and the timed call of the two kernel layouts; none eager
+    assert len(calls) == 2 * 2 * 2
 
 
 def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
@@ -71,9 +79,9 @@ def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
            "--rounds", "1", "--number", "1"]
     header = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout.splitlines()[0]
     if platform.libc_ver()[0] == "glibc":
-        assert header.endswith("glibc malloc thresholds fixed (mmap 64 MiB, trim 1024 MiB)"), header
+        assert header.endswith("glibc malloc thresholds fixed (mmap 64 MiB, trim 1024 MiB); fused CPU kernels built"), header
     else:
-        assert header.endswith("malloc as it comes (not glibc)"), header
+        assert header.endswith("malloc as it comes (not glibc); fused CPU kernels built"), header
 
 
 def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monkeypatch):

@@ -63,3 +63,12 @@ def test_the_wheel_carries_the_packaged_default_data(wheel):
         shipped = {n.removeprefix("attnbench/data/default/"): z.read(n) for n in z.namelist()
                    if n.startswith("attnbench/data/default/") and n.endswith(".parquet")}
     assert shipped == in_repo
+
+
+def test_the_wheel_carries_the_cpu_kernel_source(wheel):
+    """An installed attnbench can build its CPU inference kernels: the C++ source is in the wheel, byte for byte,
+    next to the module that compiles it."""
+    source = REPO_ROOT / "src" / "attnbench" / "attention" / "cpu_kernels.cpp"
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("attnbench/attention/cpu_kernels.cpp") == source.read_bytes()
+        assert "attnbench/attention/cpu_kernels.py" in z.namelist()

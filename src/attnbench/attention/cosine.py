@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from attnbench.attention import cpu_kernels
 from attnbench.attention.base import LOW_PRECISION, ScoreFunction, sdpa_attend
 
 
@@ -27,7 +28,8 @@ class CosineScore(ScoreFunction):
     Parameters: ``log_temperature`` H (τ = exp(log_temperature)).
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
     Fast path: SDPA on normalised q, k with τ folded into q's normalising
-    factor (one elementwise pass per tensor). For float16/bfloat16 inputs (or
+    factor (one elementwise pass per tensor; at inference on CPU one fused
+    read-normalise-write kernel per tensor, :mod:`attnbench.attention.cpu_kernels`). For float16/bfloat16 inputs (or
     autocast) the normalisation and τ run in float32 (τ's gradient is a sum
     over every query; in bfloat16 it was off by 5–6%), and so do ``scores``.
     """
@@ -57,8 +59,12 @@ class CosineScore(ScoreFunction):
         norm and the broadcast multiply over such a view cost several times the
         same passes over contiguous memory (B=256, n=48, H=4, d=32, one thread:
         2.1 ms for the view, 1.25 ms for copy + norm + in-place scaling).
-        Without gradients the copy is scaled in place (one allocation per call).
+        Without gradients, a float32 CPU ``x`` goes to the fused kernel
+        :func:`attnbench.attention.cpu_kernels.unit_rows` (one read of the view,
+        one write); otherwise the copy is scaled in place (one allocation per call).
         """
+        if cpu_kernels.kernels_for(x) is not None:
+            return cpu_kernels.unit_rows(x, scale, self.eps)
         if torch.is_grad_enabled() and x.requires_grad:
             x = x.contiguous()
             factor = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps).reciprocal()

@@ -1,0 +1,108 @@
+"""Fused CPU kernels for the inference paths of ``cosine`` and ``euclidean`` (``cpu_kernels.cpp``).
+
+At short lengths the extra work of these two scores is memory traffic, not
+arithmetic: the heads arrive as strided views of one projection, and eager
+PyTorch normalises a view in three passes (a contiguous copy, a norm, a
+rescale). :func:`unit_rows` reads each row once and writes the unit vector
+once; :func:`row_sq_norms` reads ‖k‖² off the strided view without a copy.
+At B=256, n=48, 4 heads of 32, one thread this brings ``cosine`` from
+1.13–1.19× to about 1.08× of ``scaled_dot`` (``scripts/bench_short_attention.py``,
+docs/cost.md).
+
+The kernels are compiled on first use with :func:`torch.utils.cpp_extension.load`
+(a C++ compiler and ninja; about 25 s, once per machine and source version,
+cached under ``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
+They have no autograd, so the score functions use them only where no gradient
+is needed (validation, test, inference) on float32 CPU tensors, outside
+``torch.compile``; everywhere else, and when the build fails (one warning says
+why) or ``ATTNBENCH_CPU_KERNELS=0`` is set, the eager formulas run. Both paths
+compute the same formula; they differ by float32 rounding (tests/test_cpu_kernels.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+ENV_SWITCH = "ATTNBENCH_CPU_KERNELS"  # "0" turns the kernels off (the eager formulas run)
+
+
+@functools.cache
+def _build() -> ModuleType | None:
+    """The compiled extension, or ``None`` (switched off, or the build failed: one warning says why)."""
+    if os.environ.get(ENV_SWITCH, "1").strip() == "0":
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        log.info("loading the fused CPU kernels of cosine/euclidean inference (compiled on first use, ~25 s; "
+                 "%s=0 skips them)", ENV_SWITCH)
+        return load(name="attnbench_cpu_kernels", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp"],
+                    extra_ldflags=["-fopenmp"], verbose=False)
+    except Exception as err:  # no compiler, no ninja, a failed build: the eager path is exact too, only slower
+        warnings.warn(f"attnbench: the fused CPU kernels could not be built ({type(err).__name__}: "
+                      f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}); cosine and euclidean "
+                      f"inference use the eager formulas (slower at short lengths, same results). Install a C++ "
+                      f"compiler and ninja, or set {ENV_SWITCH}=0 to silence this.", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def kernels_for(x: Tensor) -> ModuleType | None:
+    """The kernels if they apply to ``x`` (B×H×L×d), else ``None``.
+
+    They apply to a float32 CPU tensor with a contiguous last dimension, with
+    no gradient to track (grad mode off, or ``x`` not requiring one) and
+    outside ``torch.compile`` tracing; and only once the extension is built.
+    """
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or x.stride(-1) != 1
+            or (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling()):
+        return None
+    return _build()
+
+
+def unit_rows(x: Tensor, scale: Tensor | None, eps: float) -> Tensor:
+    """``x / max(‖x‖₂, eps) · scale[h]`` along the last dim, in one pass (the :class:`CosineScore` normalisation).
+
+    Args:
+        x: B×H×L×d float32 on CPU, last dim contiguous (e.g. a head view of the projection).
+        scale: H float32 factors (τ per head), or ``None``.
+        eps: lower bound of the norm before dividing (as ``F.normalize``).
+
+    Returns:
+        A new contiguous B×H×L×d tensor.
+
+    Raises:
+        RuntimeError: the kernels are not available (check :func:`kernels_for` first) or ``x`` is not as above.
+    """
+    kernels = _build()
+    if kernels is None:
+        raise RuntimeError("attnbench's CPU kernels are not available; call kernels_for(x) first")
+    return kernels.unit_rows(x, scale if scale is not None else x.new_empty(0), float(eps))
+
+
+def row_sq_norms(x: Tensor) -> Tensor:
+    """``Σ_c x_c²`` along the last dim, read off ``x`` without a copy (the ‖k‖² of :class:`EuclideanScore`).
+
+    Args:
+        x: B×H×L×d float32 on CPU, last dim contiguous.
+
+    Returns:
+        B×H×L float32.
+
+    Raises:
+        RuntimeError: the kernels are not available (check :func:`kernels_for` first) or ``x`` is not as above.
+    """
+    kernels = _build()
+    if kernels is None:
+        raise RuntimeError("attnbench's CPU kernels are not available; call kernels_for(x) first")
+    return kernels.row_sq_norms(x)

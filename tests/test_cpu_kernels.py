@@ -1,0 +1,175 @@
+"""The fused CPU inference kernels (attnbench.attention.cpu_kernels) against float64, where they are used, and
+what happens when they cannot be built.
+
+The kernels compile on first use (about 25 s once per machine; cached by torch under TORCH_EXTENSIONS_DIR).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from attnbench.attention import MultiHeadAttention, build_score_function, cpu_kernels
+from attnbench.attention.reference import reference_attention
+
+from .test_attention import NAMES
+
+
+def _head_views(b: int, length: int, h: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as MultiHeadAttention hands them over: strided B×H×L×d views of one B×L×3·H·d projection."""
+    qkv = torch.randn(b, length, 3 * h * d, generator=torch.Generator().manual_seed(seed))
+    return tuple(x.view(b, length, h, d).transpose(1, 2) for x in qkv.chunk(3, dim=-1))
+
+
+@pytest.fixture
+def kernels():
+    if cpu_kernels.kernels_for(torch.zeros(1, 1, 1, 1)) is None:
+        pytest.fail("the CPU kernels did not build on this machine (see the RuntimeWarning)")
+    return cpu_kernels
+
+
+@pytest.fixture
+def rebuild():
+    """Forget the built extension before and after the test (the next use loads it again from torch's cache)."""
+    cpu_kernels._build.cache_clear()
+    yield
+    cpu_kernels._build.cache_clear()
+
+
+# d: the specialised row lengths 16/32/64/128, others (1, 5, 48) through the generic loop
+ROW_LENGTHS = [1, 5, 16, 32, 48, 64, 128]
+
+
+@pytest.mark.parametrize("d", ROW_LENGTHS)
+def test_unit_rows_matches_float64_on_strided_views(kernels, d):
+    q, k, _ = _head_views(3, 7, 4, d)
+    scale = torch.rand(4) * 5 + 0.1
+    q[0, 1, 2] = 0.0  # a zero row: divided by eps, stays zero
+    k[1, 0, 3] = 1e-9  # below eps
+    for x, s in ((q, scale), (k, None)):
+        got = kernels.unit_rows(x, s, 1e-6)
+        assert got.shape == x.shape and got.is_contiguous()
+        x64 = x.double()
+        want = x64 / x64.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        if s is not None:
+            want = want * s.double()[:, None, None]
+        torch.testing.assert_close(got.double(), want, rtol=2e-6, atol=1e-7)
+    assert torch.all(kernels.unit_rows(q, scale, 1e-6)[0, 1, 2] == 0)
+
+
+@pytest.mark.parametrize("d", ROW_LENGTHS)
+def test_row_sq_norms_matches_float64_on_strided_views(kernels, d):
+    _, k, _ = _head_views(2, 9, 3, d, seed=1)
+    got = kernels.row_sq_norms(k)
+    assert got.shape == k.shape[:3]
+    torch.testing.assert_close(got.double(), k.double().square().sum(-1), rtol=2e-6, atol=1e-7)
+
+
+def test_nan_rows_stay_nan(kernels):
+    """A NaN input gives NaN output (the eager formula's behaviour), never a silently finite value."""
+    q, _, _ = _head_views(1, 3, 2, 32)
+    q[0, 1, 1, 5] = float("nan")
+    out = kernels.unit_rows(q, None, 1e-6)
+    assert torch.isnan(out[0, 1, 1]).all() and torch.isfinite(out[0, 0]).all()
+    assert torch.isnan(kernels.row_sq_norms(q)[0, 1, 1])
+
+
+def test_two_threads_give_the_one_thread_result(kernels):
+    q, _, _ = _head_views(16, 48, 4, 32, seed=2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernels.unit_rows(q, torch.full((4,), 2.0), 1e-6), kernels.row_sq_norms(q)
+        torch.set_num_threads(2)
+        two = kernels.unit_rows(q, torch.full((4,), 2.0), 1e-6), kernels.row_sq_norms(q)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: torch.zeros(2, 2, 3, 4, dtype=torch.float64), "expected a float32 CPU tensor"),
+    (lambda: torch.zeros(2, 3, 4), "expected a float32 CPU tensor"),
+    (lambda: torch.zeros(2, 2, 4, 3).transpose(-1, -2), "the last dimension must be contiguous"),
+])
+def test_bad_input_is_refused_with_what_was_expected(kernels, bad, message):
+    with pytest.raises(RuntimeError, match=message):
+        kernels.unit_rows(bad(), None, 1e-6)
+    with pytest.raises(RuntimeError, match=message):
+        kernels.row_sq_norms(bad())
+    with pytest.raises(RuntimeError, match="scale must be empty or a float32 vector of H = 2"):
+        kernels.unit_rows(torch.zeros(1, 2, 3, 4), torch.ones(3), 1e-6)
+
+
+def test_kernels_apply_only_without_a_gradient_on_float32_cpu(kernels):
+    x = torch.zeros(1, 2, 3, 4)
+    assert cpu_kernels.kernels_for(x) is not None
+    assert cpu_kernels.kernels_for(x.double()) is None
+    assert cpu_kernels.kernels_for(x[0]) is None
+    assert cpu_kernels.kernels_for(x.transpose(-1, -2)) is None
+    leaf = x.clone().requires_grad_()
+    assert cpu_kernels.kernels_for(leaf) is None
+    with torch.no_grad():
+        assert cpu_kernels.kernels_for(leaf) is not None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_score_functions_inference_path_matches_float64(kernels, name):
+    """No gradient, float32, heads as strided views (the path validation and test take), padding included:
+    every score function, kernels or not, within 1e-5 of its float64 reference."""
+    torch.manual_seed(3)
+    fn = build_score_function(name, n_heads=4, head_dim=16)
+    with torch.no_grad():
+        for p in fn.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    q, k, v = _head_views(5, 11, 4, 16, seed=4)
+    mask = torch.rand(5, 11, generator=torch.Generator().manual_seed(5)) < 0.3
+    mask[0] = False
+    mask[-1] = True  # one sequence entirely padding
+    with torch.no_grad():
+        out = fn.attend(q, k, v, key_padding_mask=mask)
+    torch.testing.assert_close(out.double(), reference_attention(fn, q, k, v, mask), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("score, uses", [("cosine", "unit_rows"), ("euclidean", "row_sq_norms")])
+def test_the_model_uses_the_kernel_at_inference_only(kernels, monkeypatch, score, uses):
+    calls = []
+    real = getattr(cpu_kernels, uses)
+    monkeypatch.setattr(cpu_kernels, uses, lambda *a: calls.append(1) or real(*a))
+    layer = MultiHeadAttention(32, 2, score)
+    x = torch.randn(3, 6, 32)
+    with torch.no_grad():
+        fast = layer(x)
+    assert len(calls) == (2 if score == "cosine" else 1)
+    calls.clear()
+    slow = layer(x)  # training: autograd needs the eager formulas
+    assert calls == []
+    torch.testing.assert_close(fast, slow.detach(), rtol=0, atol=1e-6)
+
+
+def test_switched_off_by_the_environment(rebuild, monkeypatch):
+    monkeypatch.setenv(cpu_kernels.ENV_SWITCH, "0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cpu_kernels.kernels_for(torch.zeros(1, 1, 1, 1)) is None
+        layer = MultiHeadAttention(16, 2, "cosine")
+        with torch.no_grad():
+            assert torch.isfinite(layer(torch.randn(2, 3, 16))).all()
+
+
+def test_a_failed_build_warns_once_and_inference_still_runs(rebuild, monkeypatch):
+    def no_compiler(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    layer = MultiHeadAttention(16, 2, "cosine")
+    x = torch.randn(2, 3, 16)
+    with pytest.warns(RuntimeWarning, match="could not be built .*Ninja is required.*eager formulas") as record:
+        with torch.no_grad():
+            out = layer(x)
+            layer(x)
+    assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1
+    torch.testing.assert_close(out, layer(x).detach(), rtol=0, atol=1e-6)

@@ -112,8 +112,12 @@ def test_kernels_apply_only_without_a_gradient_on_float32_cpu(kernels):
     assert cpu_kernels.kernels_for(x.transpose(-1, -2)) is None
     leaf = x.clone().requires_grad_()
     assert cpu_kernels.kernels_for(leaf) is None
+    tau = torch.ones(2, requires_grad=True)
+    assert cpu_kernels.kernels_for(x, tau) is None  # another input of the result needs a gradient
+    assert cpu_kernels.kernels_for(x, None, tau.detach()) is not None
     with torch.no_grad():
         assert cpu_kernels.kernels_for(leaf) is not None
+        assert cpu_kernels.kernels_for(x, tau) is not None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -173,3 +177,51 @@ def test_a_failed_build_warns_once_and_inference_still_runs(rebuild, monkeypatch
             layer(x)
     assert len([w for w in record if issubclass(w.category, RuntimeWarning)]) == 1
     torch.testing.assert_close(out, layer(x).detach(), rtol=0, atol=1e-6)
+
+
+# Found by breaker round 4: the kernel ran when only τ needed a gradient (grad mode on, heads without one), so
+# τ silently got none. The kernels must look at every input of the result, not only the heads.
+def _eager_only(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "kernels_for", lambda *tensors: None)
+
+
+def _tau_grad_frozen_projection(layer: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor | None:
+    layer.zero_grad(set_to_none=True)
+    layer(x).square().sum().backward()  # out_proj still trains, so backward() itself succeeds
+    (tau,) = [p for name, p in layer.named_parameters() if name.endswith("log_temperature")]
+    return tau.grad
+
+
+def test_temperature_gets_its_gradient_when_the_projection_is_frozen(monkeypatch):
+    """Grad mode on, q/k/v projection frozen, τ trainable: τ's gradient equals the eager path's (float64 check)."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 2, "cosine")
+    layer.qkv_proj.requires_grad_(False)
+    x = torch.randn(3, 6, 32)
+    got = _tau_grad_frozen_projection(layer, x)  # the default path (kernels when built)
+    layer64 = MultiHeadAttention(32, 2, "cosine").double()
+    layer64.load_state_dict(layer.state_dict())
+    layer64.qkv_proj.requires_grad_(False)
+    with monkeypatch.context() as m:
+        _eager_only(m)
+        want = _tau_grad_frozen_projection(layer64, x.double())
+    assert want is not None and want.abs().min() > 0
+    assert got is not None, "τ received no gradient: the inference kernel ran while τ needed one"
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-6)
+
+
+def test_direct_call_on_plain_tensors_backpropagates_to_temperature():
+    """``CosineScore.attend`` on tensors without requires_grad (as in a unit test of τ) still differentiates τ."""
+    fn = build_score_function("cosine", n_heads=4, head_dim=32)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 5, 32, generator=g) for _ in range(3))
+    fn.attend(q, k, v).sum().backward()
+    got = fn.log_temperature.grad
+    fn64 = build_score_function("cosine", n_heads=4, head_dim=32).double()
+    fn64.load_state_dict(fn.state_dict())
+    tau = fn64.log_temperature.exp()[None, :, None, None]
+    q64, k64, v64 = q.double(), k.double(), v.double()
+    qn = q64 / q64.norm(dim=-1, keepdim=True).clamp_min(fn.eps)
+    kn = k64 / k64.norm(dim=-1, keepdim=True).clamp_min(fn.eps)
+    (torch.softmax(tau * qn @ kn.transpose(-1, -2), -1) @ v64).sum().backward()
+    torch.testing.assert_close(got.double(), fn64.log_temperature.grad, rtol=1e-4, atol=1e-6)

@@ -63,9 +63,9 @@ class CosineScore(ScoreFunction):
         :func:`attnbench.attention.cpu_kernels.unit_rows` (one read of the view,
         one write); otherwise the copy is scaled in place (one allocation per call).
         """
-        if cpu_kernels.kernels_for(x) is not None:
+        if cpu_kernels.kernels_for(x, scale) is not None:  # nothing here needs a gradient (τ included)
             return cpu_kernels.unit_rows(x, scale, self.eps)
-        if torch.is_grad_enabled() and x.requires_grad:
+        if torch.is_grad_enabled() and (x.requires_grad or (scale is not None and scale.requires_grad)):
             x = x.contiguous()
             factor = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps).reciprocal()
             return x * (factor if scale is None else factor * scale[:, None, None])

@@ -57,15 +57,19 @@ def _build() -> ModuleType | None:
         return None
 
 
-def kernels_for(x: Tensor) -> ModuleType | None:
-    """The kernels if they apply to ``x`` (B×H×L×d), else ``None``.
+def kernels_for(x: Tensor, *also: Tensor | None) -> ModuleType | None:
+    """The kernels if they apply to ``x`` (B×H×L×d) and the other inputs ``also`` of the result, else ``None``.
 
-    They apply to a float32 CPU tensor with a contiguous last dimension, with
-    no gradient to track (grad mode off, or ``x`` not requiring one) and
-    outside ``torch.compile`` tracing; and only once the extension is built.
+    They apply to a float32 CPU ``x`` with a contiguous last dimension, with no
+    gradient to track (grad mode off, or neither ``x`` nor any tensor of ``also``
+    requires one: e.g. :class:`CosineScore`'s τ, a trained parameter, passes
+    itself here, so a frozen projection still trains τ) and outside
+    ``torch.compile`` tracing; and only once the extension is built.
     """
     if (x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or x.stride(-1) != 1
-            or (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling()):
+            or torch.compiler.is_compiling()):
+        return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *also)):
         return None
     return _build()
 

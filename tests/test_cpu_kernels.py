@@ -6,7 +6,12 @@ The kernels compile on first use (about 25 s once per machine; cached by torch u
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -118,6 +123,9 @@ def test_kernels_apply_only_without_a_gradient_on_float32_cpu(kernels):
     with torch.no_grad():
         assert cpu_kernels.kernels_for(leaf) is not None
         assert cpu_kernels.kernels_for(x, tau) is not None
+        # while torch.compile traces, the eager formulas (Inductor fuses them; the kernel would break the graph)
+        with mock.patch.object(torch.compiler, "is_compiling", lambda: True):
+            assert cpu_kernels.kernels_for(x) is None
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -225,3 +233,88 @@ def test_direct_call_on_plain_tensors_backpropagates_to_temperature():
     kn = k64 / k64.norm(dim=-1, keepdim=True).clamp_min(fn.eps)
     (torch.softmax(tau * qn @ kn.transpose(-1, -2), -1) @ v64).sum().backward()
     torch.testing.assert_close(got.double(), fn64.log_temperature.grad, rtol=1e-4, atol=1e-6)
+
+
+# Found by breaker round 4, fault 2: a build killed by a signal leaves torch's lock file, and every later process waits on it forever
+# torch.utils.cpp_extension.load guards the build directory with a FileBaton (``<dir>/lock``) released in a
+# ``finally``; SIGTERM (SLURM time limit, ``timeout``, ``docker stop``) or SIGKILL (OOM killer) during the first
+# ~25 s build skips it. The next process that reaches validation then sleeps in ``baton.wait()`` with no message,
+# instead of building, or warning once and running the eager formulas as cpu_kernels promises.
+
+_PROBE = (
+    "import warnings, torch\n"
+    "from attnbench.attention import cpu_kernels\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    warnings.simplefilter('always')\n"
+    "    mod = cpu_kernels.kernels_for(torch.zeros(1, 1, 1, 1))\n"
+    "print('built' if mod is not None else 'eager', len(caught))\n"
+)
+
+
+def test_a_stale_build_lock_does_not_hang_inference(tmp_path, monkeypatch):
+    """A ``lock`` left by a killed build (here: made by hand) must not block the next process, which builds
+    (about 25 s) and removes it (on 0d85d4b it waited forever; here it is stopped after 180 s)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    build_dir = cpu_kernels.build_directory()
+    assert tmp_path in build_dir.parents
+    build_dir.mkdir(parents=True)
+    lock = build_dir / "lock"
+    lock.touch()
+    hour_ago = time.time() - 3600
+    os.utime(lock, (hour_ago, hour_ago))
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path))
+    env.pop(cpu_kernels.ENV_SWITCH, None)
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a stale torch_extensions lock file made kernels_for() wait > 180 s (it never returns)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["built", "0"], (done.stdout, done.stderr[-2000:])
+    assert not lock.exists() and "left by a build of the CPU kernels that was killed" in done.stderr
+
+
+# Found by breaker round 4, fault 3: under torch.func.vmap the kernels are picked for BatchedTensors, which have no storage
+# kernels_for() sees a float32 CPU 4-D tensor with a contiguous last dim (the logical view of a 5-D batch) and
+# hands it to the C++ kernel, which raises "Cannot access data pointer of Tensor that doesn't have storage";
+# the eager formulas vmap fine (e.g. an ensemble evaluated with torch.func.stack_module_state + vmap).
+
+
+@pytest.mark.parametrize("name", ["cosine", "euclidean"])
+def test_inference_under_vmap_matches_the_unbatched_call(name):
+    fn = build_score_function(name, n_heads=2, head_dim=32)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(3, 2, 2, 5, 32, generator=g) for _ in range(3))  # a vmapped dim of 3 in front
+    with torch.no_grad():
+        batched = torch.vmap(fn.attend)(q, k, v)
+        for i in range(3):
+            # the vmapped call runs the eager formulas, the unbatched one the kernel: float32 rounding apart
+            torch.testing.assert_close(batched[i], fn.attend(q[i], k[i], v[i]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cosine", "euclidean"])
+def test_inference_under_fake_tensor_mode_gives_the_output_shape(name):
+    """Same fault, FakeTensorMode (shape/memory estimation without data): the kernel asks a fake CPU tensor for
+    its data pointer ("data is not allocated yet"); the eager formulas propagate shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layer = MultiHeadAttention(64, 2, name).eval()
+    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+        out = layer(torch.randn(2, 7, 64))
+    assert tuple(out.shape) == (2, 7, 64)
+
+
+# Found by breaker round 4, fault 4: torch.jit.trace (and TorchScript-based ONNX export) records the kernel's output as a constant
+# kernels_for() does not check torch.jit.is_tracing(); the pybind call is opaque to the tracer, so the traced
+# module returns the traced input's unit vectors / ‖k‖² for every later input: on 0d85d4b a traced cosine
+# layer gives NaN on a new batch, a traced euclidean layer is off by ~0.37 (only TracerWarnings, no error).
+
+
+@pytest.mark.parametrize("name", ["cosine", "euclidean"])
+def test_a_traced_layer_computes_on_new_inputs(name):
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(64, 2, name).eval()
+    x, x_new = torch.randn(4, 10, 64), torch.randn(4, 10, 64)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(layer, x)
+        torch.testing.assert_close(traced(x_new), layer(x_new), rtol=0, atol=1e-5)

@@ -11,19 +11,22 @@ docs/cost.md).
 
 The kernels are compiled on first use with :func:`torch.utils.cpp_extension.load`
 (a C++ compiler and ninja; about 25 s, once per machine and source version,
-cached under ``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
-They have no autograd, so the score functions use them only where no gradient
-is needed (validation, test, inference) on float32 CPU tensors, outside
-``torch.compile``; everywhere else, and when the build fails (one warning says
+cached in :func:`build_directory`). They have no autograd, so the score
+functions use them only where no gradient is needed (validation, test,
+inference) on float32 CPU tensors in plain eager execution (not under
+``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or
+FakeTensorMode); everywhere else, and when the build fails (one warning says
 why) or ``ATTNBENCH_CPU_KERNELS=0`` is set, the eager formulas run. Both paths
 compute the same formula; they differ by float32 rounding (tests/test_cpu_kernels.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -31,10 +34,46 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no OS lock, and a stale torch lock is left for the user to delete
+    fcntl = None
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
 ENV_SWITCH = "ATTNBENCH_CPU_KERNELS"  # "0" turns the kernels off (the eager formulas run)
+
+
+def build_directory() -> Path:
+    """Where the extension is built and cached: ``$TORCH_EXTENSIONS_DIR`` (default: torch's
+    ``~/.cache/torch_extensions``) / ``attnbench_cpu_kernels-py<major><minor>-torch<version>``, one folder per
+    Python and torch version (a build is tied to both)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(root) / f"attnbench_cpu_kernels-{py}-torch{torch.__version__.replace('+', '_')}"
+
+
+@contextlib.contextmanager
+def _exclusive(folder: Path):
+    """Hold an OS lock on ``folder`` (``fcntl.flock``; none where fcntl is missing) and clear a stale torch lock.
+
+    torch's own build lock (``<folder>/lock``, a plain file) stays behind when a build is killed (SIGKILL, a
+    batch system's time limit), and every later ``load`` would wait on it forever. Every attnbench process takes
+    this flock before ``load``, and the OS releases it when its holder dies, so a ``lock`` file found while
+    holding it was left by a dead build and is removed.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "attnbench.flock", "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        stale = folder / "lock"
+        if fcntl is not None and stale.exists():
+            log.warning("removing %s, left by a build of the CPU kernels that was killed", stale)
+            stale.unlink(missing_ok=True)
+        yield
 
 
 @functools.cache
@@ -47,8 +86,10 @@ def _build() -> ModuleType | None:
 
         log.info("loading the fused CPU kernels of cosine/euclidean inference (compiled on first use, ~25 s; "
                  "%s=0 skips them)", ENV_SWITCH)
-        return load(name="attnbench_cpu_kernels", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp"],
-                    extra_ldflags=["-fopenmp"], verbose=False)
+        folder = build_directory()
+        with _exclusive(folder):
+            return load(name="attnbench_cpu_kernels", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp"],
+                        extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
     except Exception as err:  # no compiler, no ninja, a failed build: the eager path is exact too, only slower
         warnings.warn(f"attnbench: the fused CPU kernels could not be built ({type(err).__name__}: "
                       f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}); cosine and euclidean "
@@ -57,19 +98,32 @@ def _build() -> ModuleType | None:
         return None
 
 
+def _plain_eager(*tensors: Tensor | None) -> bool:
+    """True outside ``torch.jit.trace``, ``torch.compile`` and ``torch.func`` transforms (vmap, grad, ...), for
+    plain tensors (not FakeTensor or another subclass): the kernels are opaque to all of these (a trace would
+    record their output as a constant; a vmapped or fake tensor has no data to read)."""
+    if torch.jit.is_tracing() or torch.compiler.is_compiling():
+        return False
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if transforms_active is None or transforms_active():  # unknown (another torch): assume active, stay eager
+        return False
+    return all(t is None or type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors)
+
+
 def kernels_for(x: Tensor, *also: Tensor | None) -> ModuleType | None:
     """The kernels if they apply to ``x`` (B×H×L×d) and the other inputs ``also`` of the result, else ``None``.
 
     They apply to a float32 CPU ``x`` with a contiguous last dimension, with no
     gradient to track (grad mode off, or neither ``x`` nor any tensor of ``also``
     requires one: e.g. :class:`CosineScore`'s τ, a trained parameter, passes
-    itself here, so a frozen projection still trains τ) and outside
-    ``torch.compile`` tracing; and only once the extension is built.
+    itself here, so a frozen projection still trains τ), in plain eager
+    execution (:func:`_plain_eager`); and only once the extension is built.
     """
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or x.stride(-1) != 1
-            or torch.compiler.is_compiling()):
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or x.stride(-1) != 1:
         return None
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *also)):
+        return None
+    if not _plain_eager(x, *also):
         return None
     return _build()
 

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             return lambda: fn.attend(q, k, v, key_padding_mask=mask)
 
         def eager_call():
-            with mock.patch.object(cpu_kernels, "kernels_for", lambda x: None):
+            with mock.patch.object(cpu_kernels, "kernels_for", lambda *tensors: None):
                 return fn.attend(q, k, v, key_padding_mask=mask)
         return eager_call
 

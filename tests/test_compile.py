@@ -121,3 +121,28 @@ def test_compile_settings_from_hydra_are_saved_as_plain_values():
     module = _module(OmegaConf.create({"enabled": False, "dynamic": True, "mode": "default"}))
     assert type(module.hparams["compile"]) is dict
     assert module.hparams["compile"] == {"enabled": False, "dynamic": True, "mode": "default"}
+
+
+def test_diagnostics_and_attention_maps_read_a_compiled_model():
+    """With compile.enabled, the diagnostics probe and the attention maps capture each layer's input through forward
+    hooks, which compiled code does not call: they run the model eagerly and give the uncompiled model's values
+    (the default callbacks crashed at step 0 with ``KeyError: 0`` before)."""
+    from attnbench.callbacks.diagnostics import AttentionDiagnostics
+    from attnbench.viz.attention_maps import attention_weights
+
+    ids, mask, _ = _batches(2)[1]
+    results = []
+    for compile in (None, {"enabled": True}):
+        module = _module(compile)
+        with torch.no_grad():  # compiled in eval mode before the hooks exist, as by Lightning's sanity validation
+            module.eval()(ids, mask)  # (the compiled code for eval + no_grad then skips the hooks)
+        module.train()
+        diagnostics = AttentionDiagnostics()
+        diagnostics._probe = {"input_ids": ids, "padding_mask": mask}
+        results.append((diagnostics.probe(module), attention_weights(module, ids, mask)))
+    (eager_stats, eager_maps), (compiled_stats, compiled_maps) = results
+    assert set(eager_stats) == set(compiled_stats) and len(eager_stats) == 2 * 4  # 2 layers, 4 statistics each
+    for key, value in eager_stats.items():
+        assert compiled_stats[key] == pytest.approx(value, rel=1e-6), key
+    for got, want in zip(compiled_maps, eager_maps, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-7)

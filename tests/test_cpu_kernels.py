@@ -235,7 +235,8 @@ def test_direct_call_on_plain_tensors_backpropagates_to_temperature():
     torch.testing.assert_close(got.double(), fn64.log_temperature.grad, rtol=1e-4, atol=1e-6)
 
 
-# Found by breaker round 4, fault 2: a build killed by a signal leaves torch's lock file, and every later process waits on it forever
+# Found by breaker round 4, fault 2: a build killed by a signal leaves torch's lock file, and every later process
+# waited on it forever
 # torch.utils.cpp_extension.load guards the build directory with a FileBaton (``<dir>/lock``) released in a
 # ``finally``; SIGTERM (SLURM time limit, ``timeout``, ``docker stop``) or SIGKILL (OOM killer) during the first
 # ~25 s build skips it. The next process that reaches validation then sleeps in ``baton.wait()`` with no message,
@@ -273,7 +274,8 @@ def test_a_stale_build_lock_does_not_hang_inference(tmp_path, monkeypatch):
     assert not lock.exists() and "left by a build of the CPU kernels that was killed" in done.stderr
 
 
-# Found by breaker round 4, fault 3: under torch.func.vmap the kernels are picked for BatchedTensors, which have no storage
+# Found by breaker round 4, fault 3: under torch.func.vmap the kernels were picked for BatchedTensors, which have
+# no storage
 # kernels_for() sees a float32 CPU 4-D tensor with a contiguous last dim (the logical view of a 5-D batch) and
 # hands it to the C++ kernel, which raises "Cannot access data pointer of Tensor that doesn't have storage";
 # the eager formulas vmap fine (e.g. an ensemble evaluated with torch.func.stack_module_state + vmap).
@@ -303,7 +305,8 @@ def test_inference_under_fake_tensor_mode_gives_the_output_shape(name):
     assert tuple(out.shape) == (2, 7, 64)
 
 
-# Found by breaker round 4, fault 4: torch.jit.trace (and TorchScript-based ONNX export) records the kernel's output as a constant
+# Found by breaker round 4, fault 4: torch.jit.trace (and TorchScript-based ONNX export) recorded the kernel's
+# output as a constant
 # kernels_for() does not check torch.jit.is_tracing(); the pybind call is opaque to the tracer, so the traced
 # module returns the traced input's unit vectors / ‖k‖² for every later input: on 0d85d4b a traced cosine
 # layer gives NaN on a new batch, a traced euclidean layer is off by ~0.37 (only TracerWarnings, no error).

@@ -129,7 +129,7 @@ def kernels_for(x: Tensor, *also: Tensor | None) -> ModuleType | None:
 
 
 def unit_rows(x: Tensor, scale: Tensor | None, eps: float) -> Tensor:
-    """``x / max(‖x‖₂, eps) · scale[h]`` along the last dim, in one pass (the :class:`CosineScore` normalisation).
+    """``x / max(‖x‖₂, eps) · scale[h]`` along the last dim in one pass (:class:`CosineScore`'s normalisation).
 
     Args:
         x: B×H×L×d float32 on CPU, last dim contiguous (e.g. a head view of the projection).

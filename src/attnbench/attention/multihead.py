@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from attnbench.attention.base import ScoreFunction
@@ -88,3 +90,46 @@ class MultiHeadAttention(nn.Module):
         out = self.score_fn.attend(query, key, value, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
         b, _, length, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, length, self.inner_dim))
+
+
+def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
+    """The :class:`MultiHeadAttention` layers of ``model``, in forward order (``model.modules()`` order)."""
+    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+
+
+@torch.no_grad()
+def layer_inputs(model: nn.Module, *inputs: Tensor) -> list[tuple[Tensor, Tensor | None]]:
+    """What each attention layer of ``model`` receives when ``model(*inputs)`` runs, in eval mode (no dropout).
+
+    Forward pre-hooks capture each layer's ``x`` (B×L×d_model) and ``key_padding_mask`` (bool B×L or None).
+    A ``torch.compile``d model (``nn.Module.compile``) runs eagerly here
+    (``torch.compiler.set_stance("force_eager")``): compiled code does not call hooks registered after it was
+    compiled. The model's train/eval mode is restored afterwards.
+
+    Returns:
+        One ``(x, key_padding_mask)`` per layer, in :func:`attention_layers` order.
+
+    Raises:
+        RuntimeError: a layer was not called by ``model(*inputs)``.
+    """
+    layers = attention_layers(model)
+    captured: dict[int, tuple[Tensor, Tensor | None]] = {}
+    handles = [
+        layer.register_forward_pre_hook(
+            lambda module, args, i=i: captured.__setitem__(i, (args[0], args[1] if len(args) > 1 else None)))
+        for i, layer in enumerate(layers)
+    ]
+    force_eager = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    was_training = model.training
+    model.eval()
+    try:
+        with force_eager("force_eager") if force_eager is not None else contextlib.nullcontext():
+            model(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    missing = [i for i in range(len(layers)) if i not in captured]
+    if missing:
+        raise RuntimeError(f"attention layer(s) {missing} of {type(model).__name__} were not called by its forward")
+    return [captured[i] for i in range(len(layers))]

@@ -115,12 +115,6 @@ class AttentionDiagnostics(pl.Callback):
         self.summary: dict[str, float] = {}
         self._probe: dict[str, torch.Tensor] | None = None
 
-    @staticmethod
-    def _layers(pl_module: pl.LightningModule) -> list[torch.nn.Module]:
-        from attnbench.attention import MultiHeadAttention
-
-        return [m for m in pl_module.modules() if isinstance(m, MultiHeadAttention)]
-
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
         if datamodule is None:
@@ -140,36 +134,24 @@ class AttentionDiagnostics(pl.Callback):
         """Weight statistics of every attention layer on the probe batch (see the class docstring)."""
         if self._probe is None:
             return {}
-        layers = self._layers(pl_module)
-        inputs: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
-        handles = [
-            layer.register_forward_pre_hook(
-                lambda module, args, i=i: inputs.__setitem__(i, (args[0], args[1] if len(args) > 1 else None))
-            )
-            for i, layer in enumerate(layers)
-        ]
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            ids = self._probe["input_ids"].to(pl_module.device)
-            mask = self._probe["padding_mask"].to(pl_module.device)
-            pl_module(ids, mask)
-            metrics: dict[str, float] = {}
-            for i, layer in enumerate(layers):
-                x, layer_mask = inputs[i]
-                for name, value in attention_statistics(layer, x, layer_mask, self.block_bytes).items():
-                    metrics[f"diag/layer{i}/{name}"] = value
-        finally:
-            for handle in handles:
-                handle.remove()
-            pl_module.train(was_training)
+        from attnbench.attention.multihead import attention_layers, layer_inputs
+
+        ids = self._probe["input_ids"].to(pl_module.device)
+        mask = self._probe["padding_mask"].to(pl_module.device)
+        metrics: dict[str, float] = {}
+        captured = layer_inputs(pl_module, ids, mask)
+        for i, (layer, (x, layer_mask)) in enumerate(zip(attention_layers(pl_module), captured)):
+            for name, value in attention_statistics(layer, x, layer_mask, self.block_bytes).items():
+                metrics[f"diag/layer{i}/{name}"] = value
         return metrics
 
     @staticmethod
     def gradient_norms(pl_module: pl.LightningModule) -> dict[str, float]:
         """L2 norms of each layer's query and key projection gradients (weight and bias rows)."""
         metrics: dict[str, float] = {}
-        for i, layer in enumerate(AttentionDiagnostics._layers(pl_module)):
+        from attnbench.attention.multihead import attention_layers
+
+        for i, layer in enumerate(attention_layers(pl_module)):
             proj, inner = layer.qkv_proj, layer.inner_dim
             if proj.weight.grad is None:
                 continue

@@ -28,19 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnbench.attention.multihead import attention_layers, layer_inputs
+
 log = logging.getLogger(__name__)
 
 PROBE_FILE = "attention_maps.json"  # written by AttentionMapLogger next to the run's metrics.json
 
 
 # --------------------------------------------------------------------------- the weights
-
-
-def attention_layers(model: nn.Module) -> list[nn.Module]:
-    """The model's :class:`attnbench.attention.MultiHeadAttention` layers, in forward order."""
-    from attnbench.attention import MultiHeadAttention
-
-    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
 
 @torch.no_grad()
@@ -66,26 +61,11 @@ def attention_weights(model: nn.Module, input_ids: Tensor, padding_mask: Tensor)
         raise ValueError(f"{type(model).__name__} has no attnbench MultiHeadAttention layer to draw")
     from attnbench.attention.base import masked_softmax
 
-    inputs: dict[int, tuple[Tensor, Tensor | None]] = {}
-    handles = [
-        layer.register_forward_pre_hook(
-            lambda module, args, i=i: inputs.__setitem__(i, (args[0], args[1] if len(args) > 1 else None)))
-        for i, layer in enumerate(layers)
-    ]
-    was_training = model.training
-    model.eval()
-    try:
-        device = next(model.parameters()).device
-        model(input_ids.to(device), padding_mask.to(device))
-        weights = []
-        for i, layer in enumerate(layers):
-            x, mask = inputs[i]
-            query, key, _ = layer.project(x)
-            weights.append(masked_softmax(layer.score_fn.scores(query, key), mask).float().cpu())
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
+    device = next(model.parameters()).device
+    weights = []
+    for layer, (x, mask) in zip(layers, layer_inputs(model, input_ids.to(device), padding_mask.to(device))):
+        query, key, _ = layer.project(x)
+        weights.append(masked_softmax(layer.score_fn.scores(query, key), mask).float().cpu())
     return weights
 
 

@@ -579,15 +579,16 @@ def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -
     has_ci = group["acc_ci"].notna()
     label = style.pop("label", None)
     line = style.pop("line", False)
-    if line:
-        ax.plot(x, group["acc_mean"], "-", color=style.get("color"), alpha=0.6)
     if has_ci.any():
         bars = ax.errorbar(x[has_ci], group.loc[has_ci, "acc_mean"], yerr=group.loc[has_ci, "acc_ci"], fmt="o",
                            capsize=3, label=label, **style)
         style["color"] = bars[0].get_color()
         label = None
     if (~has_ci).any():
-        ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], "o", mfc="none", label=label, **style)
+        (points,) = ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], "o", mfc="none", label=label, **style)
+        style["color"] = points.get_color()
+    if line:  # drawn last, in the markers' colour (drawn first, it took the next colour of the cycle for itself)
+        ax.plot(x, group["acc_mean"], "-", color=style["color"], alpha=0.6)
 
 
 def _title(setting: str, fixed: dict[str, str]) -> str:

@@ -176,6 +176,16 @@ def test_paired_delta_stays_within_each_setting(tmp_path):
     assert [s[1][1] - s[0][1] for s in segments] == pytest.approx(
         [2 * t * 0.002 / math.sqrt(3), 2 * t * 0.012 / math.sqrt(3)], rel=1e-6)
     assert "head_dim.png" in figs
+    # accuracy over head_dim: each variant's connecting line has its markers' colour (it took the next colour of
+    # the cycle for itself when drawn first, so every line was another variant's colour)
+    from matplotlib.colors import to_hex
+
+    acc_ax = figs["head_dim.png"].axes[0]
+    markers = {(tuple(c.lines[0].get_ydata()), to_hex(c.lines[0].get_color()))
+               for c in acc_ax.containers if isinstance(c, ErrorbarContainer)}
+    lines = {(tuple(line.get_ydata()), to_hex(line.get_color())) for line in acc_ax.get_lines()
+             if line.get_linestyle() == "-" and line.get_alpha() == 0.6}
+    assert len(lines) == 4 and lines == markers
 
 
 def test_list_of_run_dirs_and_a_folder_of_sweeps(runs_folder, tmp_path):

@@ -124,47 +124,70 @@ def test_padded_over_useful_mfu_is_padded_over_useful_flops(where, header, rows)
                                                  f"{p_flops} / {u_flops}"
 
 
-def test_the_head_dim_prose_is_its_own_tables():
-    """docs/results.md's head_dim_sweep_cpu paragraph quotes the two tables above it (their runs are not in the
-    repository): every range is recomputed from the tables' cells at d_k >= 128 (the unscaled scores `dot` and
-    `general` against `scaled_dot`), rounded half-up from the printed cells as a reader would."""
-    from decimal import ROUND_HALF_UP, Decimal
+def head_dim_claims() -> list[str]:
+    """The numbers docs/results.md's head_dim_sweep prose quotes, recomputed from docs/results/cpu/head_dim_sweep.csv
+    (the report of the one command's stage): the paired Δ intervals of unscaled `dot` and `general`, the
+    diagnostics' ranges over d_k, and the training/inference rates as multiples of `scaled_dot`'s."""
+    import csv
 
-    def fmt(x: str | float, places: str) -> str:
-        return str(Decimal(str(x)).quantize(Decimal(places), rounding=ROUND_HALF_UP))
+    rows = {(int(float(r["model.head_dim"])), r["attention"]): {k: float(v) for k, v in r.items()
+                                                                if k not in ("attention",) and v not in ("", "null")}
+            for r in csv.DictReader((REPO_ROOT / "docs/results/cpu/head_dim_sweep.csv").open())}
+    dks = sorted({dk for dk, _ in rows})
+    assert dks == [16, 32, 64, 128, 256] and all(rows[(dk, a)]["n"] == 3 for dk, a in rows)
 
-    path = REPO_ROOT / "docs" / "results.md"
-    tables = {header[0]: {cells[0].replace("\\|", "|"): cells[1:] for _, cells in rows}
-              for where, header, rows in hand_tables() if where.startswith("docs/results.md")}
-    acc, diag = tables["test acc"], tables["diagnostics after training"]
-    big = [3, 4]  # d_k = 128, 256
-    unscaled = ("`dot`", "`general`")
-    base = [float(acc["`scaled_dot`"][i]) for i in big]
-    assert base[0] == base[1]
-    loss = [base[0] - float(acc[a][i]) for a in unscaled for i in big]
-    logits = [float(diag[f"{a} max |score|"][i]) for a in unscaled for i in big]
-    sat = [float(diag[f"{a} saturated rows"][i]) for a in unscaled for i in big]
-    ent = [float(diag[f"{a} entropy (norm.)"][i]) for a in unscaled for i in big]
-    dot = sorted(float(acc["`dot`"][i]) for i in big)
-    general = sorted(float(acc["`general`"][i]) for i in big)
-    scaled_score = max(float(x) for x in diag["`scaled_dot` max |score|"])
-    scaled_ent = min(float(x) for x in diag["`scaled_dot` entropy (norm.)"])
-    additive = [acc["`additive`"][i] for i in big]
-    claims = [
-        f"lose {fmt(min(loss) * 100, '0.1')}\u2013{fmt(max(loss) * 100, '0.1')} points against `scaled_dot` "
-        f"({fmt(dot[0], '0.001')}\u2013{fmt(dot[1], '0.001')} and {fmt(general[0], '0.001')}\u2013"
-        f"{fmt(general[1], '0.001')} against {fmt(base[0], '0.001')})",
-        f"grow to {fmt(min(logits), '1')}\u2013{fmt(max(logits), '1')}, "
-        f"{fmt(min(sat) * 100, '1')}\u2013{fmt(max(sat) * 100, '1')}% of the attention rows",
-        f"collapses to {fmt(min(ent), '0.01')}\u2013{fmt(max(ent), '0.01')}",
-        f"keeps max |score| \u2264 {scaled_score}, no saturated row and entropy \u2265 {fmt(scaled_ent, '0.01')}",
-        f"({fmt(additive[0], '0.001')} and {fmt(additive[1], '0.001')})",
+    def signed(x: float) -> str:
+        return f"{x:+.4f}".replace("-", "\u2212")
+
+    def interval(dk: int, a: str) -> str:
+        r = rows[(dk, a)]
+        return f"{signed(r['diff_mean'])} [{signed(r['diff_mean'] - r['diff_ci'])}, {signed(r['diff_mean'] + r['diff_ci'])}]"
+
+    def excludes_zero(dk: int, a: str) -> bool:
+        return abs(rows[(dk, a)]["diff_mean"]) > rows[(dk, a)]["diff_ci"]
+
+    def col(a: str, key: str) -> list[float]:
+        return [rows[(dk, a)][key] for dk in dks]
+
+    def rate(a: str, key: str) -> list[float]:
+        return [rows[(dk, a)][key] / rows[(dk, "scaled_dot")][key] for dk in dks]
+
+    dot_resolved = [dk for dk in dks if excludes_zero(dk, "dot")]
+    assert dot_resolved == [64, 128, 256] and [dk for dk in dks if excludes_zero(dk, "general")] == [128]
+    assert not any(excludes_zero(dk, a) for dk in dks for a in ("additive", "cosine"))
+    dot_loss = [-rows[(dk, "dot")]["diff_mean"] * 100 for dk in dot_resolved]
+    return [
+        f"loses {min(dot_loss):.1f}\u2013{max(dot_loss):.1f} points against `scaled_dot`",
+        f"({interval(64, 'dot')} at d_k = 64, {interval(128, 'dot')} at 128, {interval(256, 'dot')} at 256)",
+        f"at d_k = 16 and 32 ({interval(16, 'dot')}, {interval(32, 'dot')})",
+        f"loses {-rows[(128, 'general')]['diff_mean'] * 100:.1f} points at d_k = 128 ({interval(128, 'general')})",
+        f"from {col('dot', 'max_score')[0]:.0f} at d_k = 16 to {col('dot', 'max_score')[-1]:.0f} at d_k = 256",
+        f"from {col('dot', 'saturated_frac')[0]:.0%} to {col('dot', 'saturated_frac')[-1]:.0%}",
+        f"falls from {col('dot', 'entropy_norm')[0]:.2f} to {col('dot', 'entropy_norm')[-1]:.2f}",
+        f"`general` reaches {max(col('general', 'max_score')):.0f}, {max(col('general', 'saturated_frac')):.0%} "
+        f"and {min(col('general', 'entropy_norm')):.2f}",
+        f"keeps max |score| \u2264 {max(col('scaled_dot', 'max_score')):.0f}, at most "
+        f"{max(col('scaled_dot', 'saturated_frac')):.1%} saturated rows and entropy \u2265 "
+        f"{min(col('scaled_dot', 'entropy_norm')):.2f}",
+        f"max |score| \u2264 {max(col('additive', 'max_score')):.1f}, entropy \u2265 "
+        f"{min(col('additive', 'entropy_norm')):.2f}",
+        f"grow from {col('cosine', 'max_score')[0]:.1f} to {col('cosine', 'max_score')[-1]:.1f} (saturated rows "
+        f"\u2264 {max(col('cosine', 'saturated_frac')):.1%})",
+        f"from {rate('additive', 'train_tok_s')[0]:.2f}\u00d7 `scaled_dot`'s at d_k = 16 to "
+        f"{rate('additive', 'train_tok_s')[-1]:.2f}\u00d7 at d_k = 256 (inference {rate('additive', 'test_tok_s')[0]:.2f}"
+        f"\u00d7 to {rate('additive', 'test_tok_s')[-1]:.2f}\u00d7)",
+        f"`general`'s from {rate('general', 'train_tok_s')[0]:.2f}\u00d7 to {rate('general', 'train_tok_s')[-1]:.2f}\u00d7",
+        f"`dot` stays at {min(rate('dot', 'train_tok_s')):.2f}\u2013{max(rate('dot', 'train_tok_s')):.2f}\u00d7",
     ]
-    text = " ".join(path.read_text().split())
-    for claim in claims:
+
+
+def test_the_head_dim_prose_is_its_published_csv():
+    """docs/results.md's head_dim_sweep paragraph quotes docs/results/cpu/head_dim_sweep.csv: every quoted interval,
+    range and rate is recomputed from the CSV (rounded as printed), so the page cannot drift from its source;
+    which intervals exclude 0 is asserted too, since the prose says which are resolved."""
+    text = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    for claim in head_dim_claims():
         assert claim in text, claim
-    assert all(float(x) == 0 for x in diag["`scaled_dot` saturated rows"])
-    assert all(float(additive[k]) > float(acc["`dot`"][i]) for k, i in enumerate(big))  # "beats unscaled dot"
 
 
 def test_the_long_context_table_and_prose_are_their_own_columns():

@@ -120,6 +120,7 @@ def test_kernels_apply_only_without_a_gradient_on_float32_cpu(kernels):
     tau = torch.ones(2, requires_grad=True)
     assert cpu_kernels.kernels_for(x, tau) is None  # another input of the result needs a gradient
     assert cpu_kernels.kernels_for(x, None, tau.detach()) is not None
+    assert cpu_kernels.kernels_for(x, tau.detach().double()) is None  # every input float32, not only the heads
     with torch.no_grad():
         assert cpu_kernels.kernels_for(leaf) is not None
         assert cpu_kernels.kernels_for(x, tau) is not None

@@ -5,8 +5,9 @@ arithmetic: the heads arrive as strided views of one projection, and eager
 PyTorch normalises a view in three passes (a contiguous copy, a norm, a
 rescale). :func:`unit_rows` reads each row once and writes the unit vector
 once; :func:`row_sq_norms` reads ‖k‖² off the strided view without a copy.
-At B=256, n=48, 4 heads of 32, one thread this brings ``cosine`` from
-1.13–1.19× to about 1.08× of ``scaled_dot`` (``scripts/bench_short_attention.py``,
+At B=256, n=48, 4 heads of 32, one thread, measured quiet, this brings
+``cosine`` from 1.15–1.19× to 1.10–1.13× of ``scaled_dot`` and ``euclidean``
+from 1.12–1.16× to 1.10–1.13× (``scripts/bench_short_attention.py --eager``,
 docs/cost.md).
 
 The kernels are compiled on first use with :func:`torch.utils.cpp_extension.load`
@@ -113,13 +114,14 @@ def _plain_eager(*tensors: Tensor | None) -> bool:
 def kernels_for(x: Tensor, *also: Tensor | None) -> ModuleType | None:
     """The kernels if they apply to ``x`` (B×H×L×d) and the other inputs ``also`` of the result, else ``None``.
 
-    They apply to a float32 CPU ``x`` with a contiguous last dimension, with no
+    They apply to a float32 CPU ``x`` with a contiguous last dimension (and float32 CPU ``also``), with no
     gradient to track (grad mode off, or neither ``x`` nor any tensor of ``also``
     requires one: e.g. :class:`CosineScore`'s τ, a trained parameter, passes
     itself here, so a frozen projection still trains τ), in plain eager
     execution (:func:`_plain_eager`); and only once the extension is built.
     """
-    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or x.stride(-1) != 1:
+    if x.dim() != 4 or x.stride(-1) != 1 or any(
+            t is not None and (t.device.type != "cpu" or t.dtype != torch.float32) for t in (x, *also)):
         return None
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *also)):
         return None

@@ -11,7 +11,7 @@ from 1.12–1.16× to 1.10–1.13× (``scripts/bench_short_attention.py --eager`
 docs/cost.md).
 
 The kernels are compiled on first use with :func:`torch.utils.cpp_extension.load`
-(a C++ compiler and ninja; about 25 s, once per machine and source version,
+(a C++ compiler and ninja; 25 s to a minute, once per machine and source version,
 cached in :func:`build_directory`). They have no autograd, so the score
 functions use them only where no gradient is needed (validation, test,
 inference) on float32 CPU tensors in plain eager execution (not under

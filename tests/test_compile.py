@@ -146,3 +146,24 @@ def test_diagnostics_and_attention_maps_read_a_compiled_model():
         assert compiled_stats[key] == pytest.approx(value, rel=1e-6), key
     for got, want in zip(compiled_maps, eager_maps, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
+
+
+def test_layer_inputs_sees_a_padding_mask_given_by_name():
+    """A model that calls its attention layers with ``key_padding_mask=`` by name: the diagnostics and maps still
+    get the mask (a positional-only capture read None there, and padding keys would count as attended)."""
+    from torch import nn
+
+    from attnbench.attention import MultiHeadAttention
+    from attnbench.attention.multihead import layer_inputs
+
+    class ByName(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = MultiHeadAttention(8, 2, "scaled_dot")
+
+        def forward(self, x, mask):
+            return self.attn(x=x, key_padding_mask=mask)
+
+    x, mask = torch.randn(2, 5, 8), torch.tensor([[False] * 5, [False, False, True, True, True]])
+    ((got_x, got_mask),) = layer_inputs(ByName(), x, mask)
+    assert torch.equal(got_x, x) and torch.equal(got_mask, mask)

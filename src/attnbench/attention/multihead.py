@@ -114,11 +114,13 @@ def layer_inputs(model: nn.Module, *inputs: Tensor) -> list[tuple[Tensor, Tensor
     """
     layers = attention_layers(model)
     captured: dict[int, tuple[Tensor, Tensor | None]] = {}
-    handles = [
-        layer.register_forward_pre_hook(
-            lambda module, args, i=i: captured.__setitem__(i, (args[0], args[1] if len(args) > 1 else None)))
-        for i, layer in enumerate(layers)
-    ]
+    def capture(i: int):  # the mask given by position or by name (forward(x, key_padding_mask=...))
+        def hook(module, args, kwargs):
+            x = args[0] if args else kwargs["x"]
+            captured[i] = (x, args[1] if len(args) > 1 else kwargs.get("key_padding_mask"))
+        return hook
+
+    handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
     force_eager = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
     was_training = model.training
     model.eval()

@@ -130,6 +130,14 @@ def kernels_for(x: Tensor, *also: Tensor | None) -> ModuleType | None:
     return _build()
 
 
+def _built() -> ModuleType:
+    """The built extension; RuntimeError when it is not (switched off or failed: check :func:`kernels_for`)."""
+    kernels = _build()
+    if kernels is None:
+        raise RuntimeError("attnbench's CPU kernels are not available; call kernels_for(x) first")
+    return kernels
+
+
 def unit_rows(x: Tensor, scale: Tensor | None, eps: float) -> Tensor:
     """``x / max(‖x‖₂, eps) · scale[h]`` along the last dim in one pass (:class:`CosineScore`'s normalisation).
 
@@ -144,10 +152,7 @@ def unit_rows(x: Tensor, scale: Tensor | None, eps: float) -> Tensor:
     Raises:
         RuntimeError: the kernels are not available (check :func:`kernels_for` first) or ``x`` is not as above.
     """
-    kernels = _build()
-    if kernels is None:
-        raise RuntimeError("attnbench's CPU kernels are not available; call kernels_for(x) first")
-    return kernels.unit_rows(x, scale if scale is not None else x.new_empty(0), float(eps))
+    return _built().unit_rows(x, scale if scale is not None else x.new_empty(0), float(eps))
 
 
 def row_sq_norms(x: Tensor) -> Tensor:
@@ -162,7 +167,4 @@ def row_sq_norms(x: Tensor) -> Tensor:
     Raises:
         RuntimeError: the kernels are not available (check :func:`kernels_for` first) or ``x`` is not as above.
     """
-    kernels = _build()
-    if kernels is None:
-        raise RuntimeError("attnbench's CPU kernels are not available; call kernels_for(x) first")
-    return kernels.row_sq_norms(x)
+    return _built().row_sq_norms(x)

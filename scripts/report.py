@@ -458,7 +458,8 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     """The runs ``trainer.max_time`` stopped before their budget, one Markdown row each: steps done of planned,
     measured seconds per training step, measured training time, the extrapolated time of the whole budget
     (planned steps / measured steps per second; training steps only) and the test accuracy at the stop, marked
-    as not final. Empty when no run stopped."""
+    as not final, with the number of rows it was measured on (``test_batches_if_stopped`` tests fewer than the
+    split). Empty when no run stopped."""
     stopped = jobs[(jobs["status"] == STATUS_OK) & stopped_runs(jobs)]
     if stopped.empty:
         return ""
@@ -473,12 +474,14 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
         whole = planned / rate if _finite(planned) and _finite(rate) and rate > 0 else math.nan
         # a disturbed run's rate understates it: said in the cells that rest on it
         mark = f" (disturbed: cpu share {r.get('train/cpu_share'):.2f})" if disturbed[r.name] else ""
+        # how many rows the accuracy is of: fewer than the split's with test_batches_if_stopped
+        tested = f"; {r.get('test/samples'):,.0f} test rows" if _finite(r.get("test/samples")) else ""
         cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
         cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
                   "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",
                   human_seconds(seconds) if _finite(seconds) else "–",
                   human_seconds(whole) + mark if not math.isnan(whole) else "–",
-                  f"{r.get(ACC):.4f} ({STOPPED_MARK})" if _finite(r.get(ACC)) else "–"]
+                  f"{r.get(ACC):.4f} ({STOPPED_MARK}{tested})" if _finite(r.get(ACC)) else "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -71,7 +71,42 @@ def test_a_run_the_cap_stops_says_so_and_the_report_extrapolates(toy, tmp_path, 
     stopped_row = next(line for line in markdown.split("(unfinished)\n", 1)[1].splitlines()
                        if line.startswith("| stopped |"))
     assert f"| trainer.max_time | {steps} / 220,000 | {1 / rate:.3g} |" in stopped_row
-    assert f"| {human_seconds(220_000 / rate)} | {metrics[ACC]:.4f} (unfinished) |" in stopped_row
+    assert f"| {human_seconds(220_000 / rate)} | {metrics[ACC]:.4f} (unfinished; 40 test rows) |" in stopped_row
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1.5", "all"])
+def test_bad_test_batches_if_stopped_is_refused_naming_the_key(value):
+    """Out of range (the run's check) or of the wrong type (the schema, while composing): one message."""
+    from hydra.errors import ConfigCompositionException
+
+    from attnbench.config import type_error_message
+
+    expected = "test_batches_if_stopped must be null or an integer >= 1, got "
+    try:
+        cfg = compose_cfg([f"test_batches_if_stopped={value}"])
+    except ConfigCompositionException as err:
+        assert type_error_message(err) == expected + (value if value == "1.5" else repr(value))
+        return
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg)
+    assert str(err.value) == expected + value
+
+
+@pytest.mark.parametrize("limit, stop, tested", [
+    (None, True, 40),   # the whole toy test split (40 rows, 5 batches of 8)
+    (2, True, 16),      # a run the cap stopped: its first 2 batches only
+    (2, False, 40),     # a run that finished its budget is tested in full, whatever the setting
+])
+def test_a_stopped_run_is_tested_on_test_batches_if_stopped(toy, tmp_path, limit, stop, tested):  # noqa: F811
+    """``test_batches_if_stopped`` bounds the test of an unfinished run (its accuracy is not reported; for
+    additive at long n the whole test would outlast the capped fit) and of nothing else; ``test/samples`` and the
+    report's stopped-run table say how many rows were tested."""
+    out = tmp_path / "run"
+    budget = ["trainer.max_epochs=10000", "trainer.max_time={seconds:2}"] if stop else ["trainer.max_steps=3"]
+    run_in_process(toy, out, "data.eval_batch_size=8", f"test_batches_if_stopped={limit or 'null'}", *budget)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_by"] == ("max_time" if stop else None)
+    assert metrics["test/samples"] == tested
 
 
 def test_a_run_within_its_cap_is_not_marked(toy, tmp_path):  # noqa: F811

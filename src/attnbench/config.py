@@ -122,6 +122,9 @@ class RunConfig:
     optimized_metric: Optional[str] = "val/acc_best"  # the metric returned to Hydra sweepers
     run_name: str = MISSING
     budget: Optional[dict[str, int]] = None  # an experiment's per-dataset step or epoch budget
+    # when trainer.max_time stopped the fit before its budget: test on this many batches only (enough for the
+    # inference rate; an unfinished run's accuracy is not reported), or null: the whole test split
+    test_batches_if_stopped: Optional[int] = None
     output_dir: Optional[str] = None  # outside Hydra (tests, notebooks): where the job writes
 
 
@@ -179,6 +182,7 @@ RANGES: dict[str, tuple[str, Any]] = {
     "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps),
     "trainer.max_time": ("null, a duration 'DD:HH:MM:SS' > 0 or a mapping of days/hours/minutes/seconds, "
                          "e.g. {minutes: 50}", _duration),
+    "test_batches_if_stopped": ("null or an integer >= 1", lambda v: v is None or _positive_int(v)),
     "optim.lr": ("a number > 0", lambda v: _number(v) and v > 0),
     "optim.weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
     "optim.betas": ("two numbers in [0, 1), e.g. [0.9, 0.98]", _betas),

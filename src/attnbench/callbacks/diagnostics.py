@@ -116,6 +116,7 @@ class AttentionDiagnostics(pl.Callback):
         self._probe: dict[str, torch.Tensor] | None = None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.summary = {}
         datamodule = trainer.datamodule
         if datamodule is None:
             self._probe = None
@@ -171,6 +172,12 @@ class AttentionDiagnostics(pl.Callback):
         if trainer.global_step % self.every_n_steps != 0 or trainer.sanity_checking:
             return
         self._log(trainer, {**self.gradient_norms(pl_module), **self.probe(pl_module)})
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a run resumed from the checkpoint its training ended with never starts training (no on_train_end):
+        # its final diagnostics come from the restored, final weights
+        if not self.summary:
+            self.on_train_end(trainer, pl_module)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = self.probe(pl_module)

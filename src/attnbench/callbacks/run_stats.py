@@ -117,6 +117,16 @@ class RunStats(pl.Callback):
     DDP (processes wait for each other in the all-reduce), where it would not
     separate a disturbed run from a normal one.
 
+    A resumed single-process run reports the rate of every measured step, before
+    and after the interruption: the measured seconds, CPU seconds, samples,
+    tokens and steps are kept in each checkpoint (:meth:`state_dict`) and
+    restored, so steps trained after the checkpoint and lost with the
+    interruption are counted once, when they are trained again; each process
+    start excludes its own first ``warmup_steps``. A job killed after its last
+    checkpoint (while testing) thus reports its whole training rate. Under DDP
+    each process measures its own rows and the checkpoint holds rank 0's only,
+    so a resumed DDP run reports the steps after its checkpoint.
+
     Args:
         warmup_steps: training steps excluded from the rate (allocator warm-up,
             kernel selection, first-touch page faults).
@@ -131,6 +141,31 @@ class RunStats(pl.Callback):
         self._test_tokens = 0
         self._test_t0 = 0.0
         self._test_cpu0 = 0.0
+        self._world_size = 1
+        self._restored: dict[str, float] = {}
+
+    #: the measured-step counters a checkpoint keeps (see the class docstring)
+    _MEASURED = ("_train_time", "_train_cpu", "_train_samples", "_train_tokens", "_train_steps")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps) and the
+        world size they were counted under; saved in every checkpoint."""
+        return {"world_size": self._world_size, **{name: getattr(self, name) for name in self._MEASURED}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already
+        ended, until the fit ends): Lightning restores callbacks before or after ``on_fit_start`` by strategy."""
+        self._restored = dict(state_dict)
+
+    def _count_on_from_checkpoint(self, trainer: pl.Trainer) -> None:
+        """Add the restored counters (once) to this process's, for a single-process run counted as one."""
+        restored, self._restored = self._restored, {}
+        if restored.get("world_size") == 1 and trainer.world_size == 1:
+            for name in self._MEASURED:
+                setattr(self, name, getattr(self, name) + type(getattr(self, name))(restored.get(name, 0)))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._count_on_from_checkpoint(trainer)
 
     def _reset_train(self) -> None:
         self._steps_seen = 0
@@ -155,6 +190,7 @@ class RunStats(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset_train()
+        self._world_size = trainer.world_size
         reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
         self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
 
@@ -192,6 +228,7 @@ class RunStats(pl.Callback):
         return float(gathered[:, 0].sum()), float(gathered[:, 1].sum()), float(gathered[:, 2].max())
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        self._count_on_from_checkpoint(trainer)  # training never started: the checkpoint was the last one
         samples, tokens, seconds = self._whole_job(trainer, self._train_samples, self._train_tokens, self._train_time)
         if seconds > 0:
             self.summary["train/samples"], self.summary["train/tokens"] = samples, tokens  # the measured steps
@@ -203,8 +240,8 @@ class RunStats(pl.Callback):
                 self.summary["train/cpu_share"] = self._train_cpu / seconds
         elif self._steps_seen:
             log.warning(
-                "Only %d training steps in this process (a resumed run counts only the steps after its checkpoint), "
-                "all within the %d warm-up steps: no training throughput is reported (train/samples, train/tokens "
+                "Only %d training steps in this process, all within the %d warm-up steps, and none measured "
+                "before a checkpoint it resumed from: no training throughput is reported (train/samples, train/tokens "
                 "and the train/*_per_sec rates are absent; lower callbacks.run_stats.warmup_steps or train longer).",
                 self._steps_seen, self.warmup_steps,
             )

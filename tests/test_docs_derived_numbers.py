@@ -184,8 +184,9 @@ def head_dim_claims() -> list[str]:
 def test_the_head_dim_prose_is_its_published_csv():
     """docs/results.md's head_dim_sweep paragraph quotes docs/results/cpu/head_dim_sweep.csv: every quoted interval,
     range and rate is recomputed from the CSV (rounded as printed), so the page cannot drift from its source;
-    which intervals exclude 0 is asserted too, since the prose says which are resolved."""
-    text = " ".join((REPO_ROOT / "docs" / "results.md").read_text().split())
+    which intervals exclude 0 is asserted too, since the prose says which are resolved. Checked in the sweep's own
+    section: the misconceptions quote some of these numbers again, and a copy there must not stand in for this one."""
+    text = section(REPO_ROOT / "docs" / "results.md", "### Does unscaled dot degrade at large d_k?")
     for claim in head_dim_claims():
         assert claim in text, claim
 
@@ -251,3 +252,177 @@ def test_the_thread_scaling_prose_is_its_tables_columns():
     assert f"{float(m.group(2).replace(',', '')) / float(m.group(1).replace(',', '')):.2f}" == m.group(3)
     for claim in claims:
         assert claim in text, claim
+
+
+# --------------------------------------------------------------------------- the compare numbers, section by section
+
+WORDS = {3: "three", 5: "five"}
+
+
+def signed(x: float, digits: int = 4) -> str:
+    """``+0.0046`` / ``−0.0126`` (U+2212), as the docs print a paired difference."""
+    return f"{x:+.{digits}f}".replace("-", "\u2212")
+
+
+def section(path, heading: str) -> str:
+    """The whitespace-normalised text of the Markdown section whose heading line starts with ``heading``, up to the
+    next heading of level 2 or 3: a claim is checked in the paragraph that makes it, so a number quoted in two places
+    (the head_dim sweep's logits, in its own section and in the misconceptions) is pinned in each."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    end = next((j for j in range(start + 1, len(lines)) if re.match(r"#{2,3} ", lines[j])), len(lines))
+    return " ".join(" ".join(lines[start:end]).split())
+
+
+def csv_rows(name: str, key: tuple[str, ...]) -> dict:
+    import csv
+
+    def value(k: str, v: str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+
+    return {tuple(int(float(r[k])) if k == "model.head_dim" else r[k] for k in key): {k: value(k, v) for k, v in r.items()}
+            for r in csv.DictReader((REPO_ROOT / "docs/results/cpu" / name).open())}
+
+
+def compare_model_head_dim() -> tuple[int, int]:
+    """(heads, d_k) of the compare runs' model: experiment=compare keeps the default model=small's d_model / n_heads."""
+    from omegaconf import OmegaConf
+
+    assert "model" not in OmegaConf.load(REPO_ROOT / "conf/experiment/compare.yaml")
+    small = OmegaConf.load(REPO_ROOT / "conf/model/small.yaml")
+    assert small.head_dim is None  # d_k = d_model / n_heads
+    return int(small.n_heads), int(small.d_model) // int(small.n_heads)
+
+
+def compare_claims() -> dict[str, list[str]]:
+    """Every number docs/results.md's compare sections, its misconceptions and the README's answer quote that
+    tests/test_docs_commands.py does not recompute, from docs/results/cpu/compare.csv (and head_dim_sweep.csv for the
+    misconceptions' d_k sweep), rounded as printed; keyed by the section that must say it. Also asserts the
+    orderings the prose words rest on ("the only one ... that excludes 0", "comes closest", "flattest", "no row")."""
+    rows = csv_rows("compare.csv", ("data", "attention"))
+    hd = csv_rows("head_dim_sweep.csv", ("model.head_dim", "attention"))
+    sst2, trec = (lambda a: rows[("sst2", a)]), (lambda a: rows[("trec", a)])
+    seeds = {int(r["n"]) for r in rows.values()}
+    assert len(seeds) == 1, seeds
+    (n,) = seeds
+    runs = int(sum(r["n"] for r in rows.values()))
+    epochs = {d: {int(r["trainer.max_epochs"]) for (dd, _), r in rows.items() if dd == d} for d in ("sst2", "trec")}
+    assert all(len(e) == 1 for e in epochs.values()), epochs
+    paired = {k: r for k, r in rows.items() if k[1] != "scaled_dot"}
+    excluding = [k for k, r in paired.items() if abs(r["diff_mean"]) > r["diff_ci"]]
+    assert excluding == [("sst2", "dot")], excluding  # "the only one of the 12 paired intervals that excludes 0"
+    trec_half = [r["diff_ci"] * 100 for (d, _), r in paired.items() if d == "trec"]
+    closest = max((r for (d, _), r in paired.items() if d == "trec"), key=lambda r: abs(r["diff_mean"]) / r["diff_ci"])
+    assert closest["attention"] == "cosine"  # "On TREC no interval excludes 0; `cosine` comes closest"
+    assert sst2("additive")["saturated_frac"] == trec("additive")["saturated_frac"] == 0  # "no (saturated) row"
+    assert max(rows, key=lambda k: rows[k]["entropy_norm"] if k[0] == "sst2" else -1) == ("sst2", "additive")  # flattest
+    heads, dk = compare_model_head_dim()
+    hd_seeds = {int(r["n"]) for r in hd.values()}
+    assert len(hd_seeds) == 1
+    return {
+        "README.md": [
+            f"{n} seeds per score function",
+            f"Dot product needs its 1/√d_k already at d_k = {dk}",
+            f"the only one of the {len(paired)} paired intervals that excludes 0",
+        ],
+        "## Results": [
+            f"Fully trained (SST-2: {epochs['sst2'].pop()} epochs; TREC: {epochs['trec'].pop()} epochs; {n} seeds each; "
+            f"each of the {runs} runs",
+            f"already at d_k = {dk} when trained",
+            f"the only one of `compare`'s {len(paired)} paired intervals that excludes 0",
+            f"TREC's paired intervals are ±{min(trec_half):.1f} to ±{max(trec_half):.1f} points wide",
+            f"with {n} seeds, TREC's",
+            f"(mean and 95% t interval over {n} seeds)",
+            f"the median of the {WORDS[n]} runs' own rates",
+        ],
+        "### Accuracy and cost of every score function": [
+            f"(`experiment=compare`, {n} seeds, full training)",
+            f"# {runs} jobs:",
+            f"distinguishable from `scaled_dot` ({signed(sst2('dot')['diff_mean'] * 100, 1)} points)",
+            f"no row for `additive`, {sst2('cosine')['saturated_frac']:.1%} for `cosine`",
+            f"the **median** over the {WORDS[n]} seeds",
+        ],
+        "### Does unscaled dot degrade at large d_k?": [
+            f"# {int(sum(r['n'] for r in hd.values()))} jobs,",
+            f"(`head_dim_sweep`, {hd_seeds.pop()} seeds, full training)",
+            f"(the {n}-seed `compare` above, {heads} heads of d_k = {dk}, does at d_k = {dk})",
+        ],
+        "### What the data says about three misconceptions": [
+            f"max |score| {sst2('cosine')['max_score']:.1f} on SST-2, {trec('cosine')['max_score']:.1f} on TREC; "
+            f"τ starts at √{dk} ≈ {dk ** 0.5:.1f}",
+            f"since tanh lies in [−1, 1] (max |score| {sst2('additive')['max_score']:.1f} and "
+            f"{trec('additive')['max_score']:.1f})",
+            f"Unscaled `dot` reaches max |score| {sst2('dot')['max_score']:.0f} and `general` "
+            f"{sst2('general')['max_score']:.0f} on SST-2 ({trec('dot')['max_score']:.0f} and "
+            f"{trec('general')['max_score']:.0f} on TREC;",
+            f"even scaled `euclidean` reaches {sst2('euclidean')['max_score']:.0f};",
+            f"unscaled `dot`'s largest logit grows from {hd[(16, 'dot')]['max_score']:.0f} at d_k = 16 to "
+            f"{hd[(256, 'dot')]['max_score']:.0f} at d_k = 256",
+            f"the flattest attention (max |score| {sst2('additive')['max_score']:.1f}, no saturated row) where "
+            f"`euclidean` has max |score| {sst2('euclidean')['max_score']:.0f} and "
+            f"{sst2('euclidean')['saturated_frac']:.0%} saturated rows",
+        ],
+    }
+
+
+def test_the_compare_prose_is_its_published_csv_section_by_section():
+    """docs/results.md (Results, compare, head_dim_sweep, misconceptions) and the README's answer: the seed and run
+    counts, epochs, d_k, interval counts and widths, diagnostics and logits they quote are recomputed from
+    docs/results/cpu/compare.csv and head_dim_sweep.csv, each checked in the section that states it."""
+    results = REPO_ROOT / "docs" / "results.md"
+    for where, claims in compare_claims().items():
+        text = (" ".join((REPO_ROOT / where).read_text().split()) if where == "README.md"
+                else section(results, where))
+        for claim in claims:
+            assert claim in text, f"{where}: {claim}"
+
+
+def test_the_cost_pages_numbers_from_its_result_files():
+    """docs/cost.md: "every score that reduces to a matrix multiply ... stays within 1.25x" of SDPA (the largest
+    time ratio of those five in docs/results/attention_cost_cpu.json, rounded up to 0.05); "about 140x the time of
+    SDPA" (additive's fast fwd+bwd over SDPA's in the hand-typed B=1 table, to the nearest 10); the length-grouped
+    batching's paired intervals (docs/results/batching_accuracy_sst2.json: mean difference and Student-t 95%
+    interval over the seeds, both of which contain 0 as the text says)."""
+    import json
+    import math
+
+    from scipy import stats
+
+    text = " ".join((REPO_ROOT / "docs" / "cost.md").read_text().split())
+    cost = json.loads((REPO_ROOT / "docs/results/attention_cost_cpu.json").read_text())
+    by = {r["name"]: r for r in cost["rows"]}
+    base = by[cost["baseline"]]["time_ms"]
+    gemm = [r["time_ms"] / base for name, r in by.items()
+            if re.match(r"`(dot|scaled_dot|general|cosine|euclidean)`( \(|$)", name)]
+    assert len(gemm) == 5, by.keys()
+    bound = math.ceil(max(gemm) * 20 - 1e-9) / 20
+    assert f"(dot, scaled_dot, general, cosine, euclidean) stays within {bound:.2f}× of it" in text
+
+    (where, header, rows), = [t for t in hand_tables() if t[0].startswith("docs/cost.md") and t[1][0] == "B=1, H=4"]
+    table = {cells[0]: cells for _, cells in rows}
+    col = header.index("fwd+bwd time")
+    additive = next(c for name, c in table.items() if name.startswith("`additive`, fast"))
+    ratio = numbers(additive[col])[0] / numbers(table["SDPA"][col])[0]
+    assert f"about **{round(ratio, -1):.0f}× the time of SDPA** at n = 1024" in text
+
+    runs = json.loads((REPO_ROOT / "docs/results/batching_accuracy_sst2.json").read_text())["runs"]
+
+    def interval(metric: str) -> tuple[str, bool]:
+        by_seed = {(r["batching"], r["seed"]): r[metric] for r in runs}
+        seeds = sorted({s for _, s in by_seed})
+        diffs = [by_seed[("length_grouped", s)] - by_seed[("random", s)] for s in seeds]
+        mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
+        half = float(stats.t.ppf(0.975, len(diffs) - 1)) * sd / math.sqrt(len(diffs))
+        return f"{signed(mean)} [{signed(mean - half)}, {signed(mean + half)}]", mean - half < 0 < mean + half
+
+    test_acc, test_contains = interval("test/acc")
+    val_acc, val_contains = interval("val/acc_best")
+    seeds = len({r["seed"] for r in runs})
+    assert test_contains and val_contains  # "The interval of the paired difference contains 0 ... (nor in val/acc_best)"
+    assert f"no sign that grouping costs accuracy, at {seeds} seeds" in text
+    assert f"the table's last row: {val_acc})" in text
+    assert f"| mean (95% t interval, n = {seeds}) |" in (REPO_ROOT / "docs" / "cost.md").read_text()
+    assert test_acc in (REPO_ROOT / "docs" / "cost.md").read_text()

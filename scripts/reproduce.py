@@ -24,7 +24,8 @@ A job whose ``metrics.json`` exists is done and skipped; one with ``checkpoints/
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
 At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots),
-and with ``--publish``: the report tables and figures copied to ``docs/results/<device>/`` and the generated
+and with ``--publish``: the report tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run) and
+figures copied to ``docs/results/<device>/`` and the generated
 README/docs tables rewritten (``scripts/readme_tables.py``). Every job's log is ``<out>/<stage>/logs/<run
 name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
 
@@ -422,6 +423,8 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
         pub = REPO_ROOT / "docs" / "results" / device
         pub.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
+        if (dest / "jobs.csv").is_file():  # one row per run: what the per-run figures of the Results come from
+            shutil.copyfile(dest / "jobs.csv", pub / f"{stage}_jobs.csv")
         for png in dest.glob("*.png"):
             if not png.name.startswith("attention_maps"):  # the maps stay in the report: one per setting and seed
                 shutil.copyfile(png, pub / f"{stage}_{png.name}")
@@ -445,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and expected duration only")
     parser.add_argument("--no-report", action="store_true", help="skip the reports at the end")
     parser.add_argument("--publish", action="store_true",
-                        help="copy the report tables and figures to docs/results/<device>/ and regenerate the "
+                        help="copy the report tables (<stage>.csv, <stage>_jobs.csv: one row per run) and figures "
+                             "to docs/results/<device>/ and regenerate the "
                              "README/docs tables (scripts/readme_tables.py)")
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")

@@ -505,3 +505,31 @@ def test_head_dim_and_seq_len_lines_stay_within_each_setting():
     one = report.figures(table[table["data"] == "sst2"].drop(columns=["data.max_length"]),
                          ["attention", "model.head_dim"])
     assert {t.get_text() for t in one["head_dim.png"].axes[0].get_legend().get_texts()} == {"dot", "scaled_dot"}
+
+
+@pytest.mark.parametrize("key,value", [
+    ("trainer.max_time", "00:01:00:00"), ("test_batches_if_stopped", 20), ("budget", {"sst2": 3, "trec": 10}),
+])
+def test_run_guards_and_budget_pointers_do_not_separate_groups(tmp_path, key, value):
+    """A wall-time cap, the stopped-run test limit and an experiment's budget table do not define a variant: a
+    finished run is the same run under any cap (a stopped one says so itself: stopped_by), and the budget reaches
+    the run as trainer.max_epochs. Seed 0's runs lack the key (as jobs from before it existed do), seed 1's set
+    it. Before: the key was a swept setting, so long_context's additive job (test_batches_if_stopped=20) sat in a
+    group of its own, without scaled_dot to pair with or divide by."""
+    root = tmp_path / "runs"
+    accs = {("scaled_dot", 0): 0.80, ("scaled_dot", 1): 0.82, ("cosine", 0): 0.78, ("cosine", 1): 0.81}
+    for (attention, seed), acc in accs.items():
+        config = _config(attention, seed)
+        if seed == 1:
+            *parents, leaf = key.split(".")
+            node = config
+            for p in parents:
+                node = node[p]
+            node[leaf] = value
+        _run(root, f"{attention}-s{seed}", config, [], _metrics(acc))
+    jobs, swept, fixed = report.read_runs([root])
+    assert key not in swept and not any(k.startswith(key + ".") for k in swept), swept
+    table = report.summarise(jobs, swept)
+    assert len(table) == 2 and set(table["n"]) == {2}
+    cosine = table[table["attention"] == "cosine"].iloc[0]
+    assert cosine["diff_n"] == 2 and cosine["diff_mean"] == pytest.approx(((0.78 - 0.80) + (0.81 - 0.82)) / 2, abs=1e-12)

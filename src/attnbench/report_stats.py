@@ -160,6 +160,11 @@ IRRELEVANT_KEYS = (
     "data.local_dir", "data.cache_dir", "data.num_workers", "data.hub_id", "data.hub_config",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.default_root_dir",
     "trainer.log_every_n_steps", "trainer.logger",
+    # Guards and pointers whose effect each run records itself: a run the wall-time cap stopped says so
+    # (stopped_by, train/steps_done; test/samples for test_batches_if_stopped) and a finished one is the same run
+    # under any cap; an experiment's budget.<dataset> reaches the run as trainer.max_epochs / max_steps. As
+    # settings they split runs of one variant into groups (jobs from before such a key existed lack it).
+    "trainer.max_time", "test_batches_if_stopped", "budget",
 )
 # Config groups whose choice (``attention=additive``) names a setting; the others (logger, callbacks, hydra/*)
 # do not change what a run measures.

@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from .test_faults import run_in_process, toy  # noqa: F401 - toy is a fixture
 
@@ -27,8 +28,17 @@ def test_a_run_resumed_after_its_training_ended_keeps_its_rate_and_diagnostics(t
     run_in_process(toy, first, "trainer.max_epochs=1")
     killed = tmp_path / "killed-while-testing"
     shutil.copytree(first, killed, ignore=shutil.ignore_patterns("metrics.json"))
+    # the checkpoint keeps the peak memory so far; made larger than any process here reaches, it must come back as
+    # the run's peak (a whole run's peak is its processes' largest, not the test-only process's)
+    ckpt_path = (killed / "checkpoints" / "last.ckpt").resolve()
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    (state,) = [state for state in ckpt["callbacks"].values() if "peak_mem_bytes" in state]
+    assert state["peak_mem_bytes"] > 0
+    state["peak_mem_bytes"] = 2**50
+    torch.save(ckpt, ckpt_path)
     run_in_process(toy, killed, "trainer.max_epochs=1", "ckpt_path=last")
     before, after = _metrics(first), _metrics(killed)
+    assert after["perf/peak_mem_bytes"] == 2**50
     assert after["resumed_from"]
     assert {k: after.get(k) for k in RATE_KEYS} == {k: before[k] for k in RATE_KEYS}
     diagnostics = sorted(k for k in before if k.startswith("diag/"))

@@ -117,7 +117,9 @@ class RunStats(pl.Callback):
     DDP (processes wait for each other in the all-reduce), where it would not
     separate a disturbed run from a normal one.
 
-    A resumed single-process run reports the rate of every measured step, before
+    A resumed run's ``perf/peak_mem_bytes`` is the largest of its processes'
+    (each checkpoint keeps the peak so far). A resumed single-process run
+    reports the rate of every measured step, before
     and after the interruption: the measured seconds, CPU seconds, samples,
     tokens and steps are kept in each checkpoint (:meth:`state_dict`) and
     restored, so steps trained after the checkpoint and lost with the
@@ -143,14 +145,18 @@ class RunStats(pl.Callback):
         self._test_cpu0 = 0.0
         self._world_size = 1
         self._restored: dict[str, float] = {}
+        self._restored_peak = 0  # bytes: the peak of the processes before a resume (a whole run's peak is the max)
+        self._device: torch.device | None = None
 
     #: the measured-step counters a checkpoint keeps (see the class docstring)
     _MEASURED = ("_train_time", "_train_cpu", "_train_samples", "_train_tokens", "_train_steps")
 
     def state_dict(self) -> dict[str, Any]:
-        """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps) and the
-        world size they were counted under; saved in every checkpoint."""
-        return {"world_size": self._world_size, **{name: getattr(self, name) for name in self._MEASURED}}
+        """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps), the peak
+        memory so far (bytes) and the world size they were counted under; saved in every checkpoint."""
+        peak = max(self._restored_peak, peak_memory_bytes(self._device)) if self._device is not None else 0
+        return {"world_size": self._world_size, "peak_mem_bytes": peak,
+                **{name: getattr(self, name) for name in self._MEASURED}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already
@@ -160,6 +166,7 @@ class RunStats(pl.Callback):
     def _count_on_from_checkpoint(self, trainer: pl.Trainer) -> None:
         """Add the restored counters (once) to this process's, for a single-process run counted as one."""
         restored, self._restored = self._restored, {}
+        self._restored_peak = max(self._restored_peak, int(restored.get("peak_mem_bytes", 0)))
         if restored.get("world_size") == 1 and trainer.world_size == 1:
             for name in self._MEASURED:
                 setattr(self, name, getattr(self, name) + type(getattr(self, name))(restored.get(name, 0)))
@@ -190,7 +197,7 @@ class RunStats(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset_train()
-        self._world_size = trainer.world_size
+        self._world_size, self._device, self._restored_peak = trainer.world_size, pl_module.device, 0
         reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
         self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
 
@@ -245,7 +252,7 @@ class RunStats(pl.Callback):
                 "and the train/*_per_sec rates are absent; lower callbacks.run_stats.warmup_steps or train longer).",
                 self._steps_seen, self.warmup_steps,
             )
-        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
+        self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))
 
     def on_test_epoch_start(self, trainer, pl_module) -> None:
         self._test_samples = 0
@@ -265,4 +272,4 @@ class RunStats(pl.Callback):
             self.summary["test/tokens_per_sec"] = tokens / elapsed
             if self._records_cpu_share(trainer, pl_module):
                 self.summary["test/cpu_share"] = (time.thread_time() - self._test_cpu0) / elapsed
-        self.summary["perf/peak_mem_bytes"] = float(peak_memory_bytes(pl_module.device))
+        self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))

@@ -56,8 +56,6 @@ MARKER = re.compile(r"<!-- generated: (?P<source>[^ ]+) -->\n(?P<body>.*?)<!-- e
 
 #: tables with measured numbers that are NOT generated, and why (their result files are not in the repository)
 NOT_GENERATED = {
-    "README Results: long-context (n=512/1024 steps/s, tok/s, RSS)": "not generated: docs/results/cpu/"
-    "long_context.csv does not exist yet; render_long_context is registered for it: commit it and add its markers",
     "README Cost: B=1 additive naive/fast/compiled table": "not generated: bench_attention.py's JSON output of that "
     "run is not in the repository (the table has no derived column to drift)",
     "README Cost: tokens/s random vs length_grouped (MFU)": "not generated: scripts/bench_train.py's output of that "

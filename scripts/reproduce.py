@@ -173,6 +173,36 @@ def load_manifest(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
 
 
+def lock_results_dir(out: Path):
+    """Hold ``<out>/.reproduce.lock`` (an exclusive ``flock``) for the life of this process and return its open
+    file (closing it, or exiting, releases the lock); ``None`` where the OS has no ``fcntl`` (not POSIX).
+
+    Raises:
+        SystemExit: another ``reproduce.py`` holds it: two at once on one results dir would start the same jobs
+            and overwrite each other's ``manifest.json`` (each saves the whole of its own copy).
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks here
+        return None
+    handle = open(out / ".reproduce.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process"
+        handle.close()
+        raise SystemExit(f"{out} is in use by another scripts/reproduce.py ({holder}): two at once would start the "
+                         "same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
+                         "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, and "
+                         f"`python scripts/report.py {out}/<stage>` reports the jobs finished so far.") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    return handle
+
+
 def save_manifest(out: Path, manifest: dict) -> None:
     path = out / "manifest.json"
     tmp = path.with_suffix(".json.tmp")
@@ -464,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     stages = [s for s in STAGES if s in stages]  # always in the documented order
     out = (args.out or REPO_ROOT / "results" / args.device).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    lock = None if args.dry_run or args.write_estimates else lock_results_dir(out)  # noqa: F841 - held until exit
     manifest = load_manifest(out)
     jobs = plan(stages, out, args.grid, args.extra)
     table = estimates(args.device, out, manifest)

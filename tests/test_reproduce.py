@@ -219,3 +219,23 @@ def test_two_jobs_at_once_each_on_its_own_cpu_and_one_sigterm_stops_both(tmp_pat
     jobs = json.loads(manifest_path.read_text())["jobs"]
     assert {jobs[f"compare/{n}"]["status"] for n in ("additive-trec-s0", "cosine-trec-s0")} == {"interrupted"}
     assert all((c.parent / "interrupted.ckpt").is_file() for c in ckpts)
+
+
+def test_a_second_reproduction_on_the_same_results_dir_is_refused(tmp_path, capsys):
+    """Two reproduce.py on one --out would start the same jobs and each save its own copy of manifest.json over
+    the other's (found running a publish beside a long_context run). While one holds the dir, a second stops
+    with one message before touching anything; --dry-run still plans; once the first ends the dir is free."""
+    out = tmp_path / "results"
+    out.mkdir()
+    held = reproduce.lock_results_dir(out)
+    assert f"pid {__import__('os').getpid()}" in (out / ".reproduce.lock").read_text()
+    with pytest.raises(SystemExit) as refused:
+        reproduce.main(["--out", str(out), "--stages", "compare", "--grid", "attention=dot", "--no-report"])
+    message = str(refused.value)
+    assert message.startswith(f"{out} is in use by another scripts/reproduce.py (pid ")
+    assert "--dry-run works" in message and not (out / "manifest.json").exists()
+    assert reproduce.main(["--out", str(out), "--stages", "compare", "--dry-run"]) == 0
+    held.close()
+    again = reproduce.lock_results_dir(out)  # released: the next one gets it
+    assert again is not None
+    again.close()

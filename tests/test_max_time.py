@@ -109,6 +109,22 @@ def test_a_stopped_run_is_tested_on_test_batches_if_stopped(toy, tmp_path, limit
     assert metrics["test/samples"] == tested
 
 
+@pytest.mark.parametrize("fraction, cap, tested", [
+    (0.2, 2, 8),    # the user's own limit (1 of 5 batches) is the smaller: it stays
+    (0.6, 2, 16),   # 3 of 5 batches: the cap's 2 are the smaller
+])
+def test_a_fraction_limit_test_batches_is_never_raised_by_the_cap(toy, tmp_path, fraction, cap, tested):  # noqa: F811
+    """``test_batches_if_stopped`` only ever lowers the test of a stopped run: with ``trainer.limit_test_batches``
+    a fraction (Lightning: int(batches x fraction)), the smaller of the two counts. Before: the cap replaced any
+    fraction, so ``limit_test_batches=0.2`` with the cap at 2 tested 16 rows (2 batches) instead of 8 (1 batch)."""
+    out = tmp_path / "run"
+    run_in_process(toy, out, "data.eval_batch_size=8", f"test_batches_if_stopped={cap}",
+                   f"trainer.limit_test_batches={fraction}", "trainer.max_epochs=10000", "trainer.max_time={seconds:2}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_by"] == "max_time"
+    assert metrics["test/samples"] == tested
+
+
 def test_a_run_within_its_cap_is_not_marked(toy, tmp_path):  # noqa: F811
     out = tmp_path / "finished"
     run_in_process(toy, out, "trainer.max_steps=5", "trainer.max_time={minutes:10}")

@@ -153,10 +153,18 @@ class RunStats(pl.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps), the peak
-        memory so far (bytes) and the world size they were counted under; saved in every checkpoint."""
-        peak = max(self._restored_peak, peak_memory_bytes(self._device)) if self._device is not None else 0
-        return {"world_size": self._world_size, "peak_mem_bytes": peak,
-                **{name: getattr(self, name) for name in self._MEASURED}}
+        memory so far (bytes) and the world size they were counted under; saved in every checkpoint.
+
+        A checkpoint restored but not yet counted on from (a checkpoint written between the restore and the start
+        of training, e.g. ``interrupted.ckpt`` on a Ctrl-C there) is included, so no resume loses the counters
+        and peak of the processes before it."""
+        pending = self._restored
+        peak = max(self._restored_peak, int(pending.get("peak_mem_bytes", 0)),
+                   peak_memory_bytes(self._device) if self._device is not None else 0)
+        counters = {name: getattr(self, name) for name in self._MEASURED}
+        if pending.get("world_size") == self._world_size == 1:  # the rule of _count_on_from_checkpoint
+            counters = {name: value + type(value)(pending.get(name, 0)) for name, value in counters.items()}
+        return {"world_size": self._world_size, "peak_mem_bytes": peak, **counters}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already

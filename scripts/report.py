@@ -493,6 +493,10 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
         mark = f" (disturbed: cpu share {r.get('train/cpu_share'):.2f})" if disturbed[r.name] else ""
         # how many rows the accuracy is of: fewer than the split's with test_batches_if_stopped
         tested = f"; {r.get('test/samples'):,.0f} test rows" if _finite(r.get("test/samples")) else ""
+        if _finite(r.get("test/limited_to_batches")) and _finite(r.get("test/tokens_per_sec")):
+            # its rate is of its first batches only (the longest rows): kept out of the variant's test_tok_s
+            tested += (f", {r.get('test/tokens_per_sec'):,.0f} test tok/s on its first "
+                       f"{r.get('test/limited_to_batches'):,.0f} batches")
         cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
         cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
                   "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",

@@ -247,7 +247,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                         "unfinished run (metrics.json: stopped_by=%s; scripts/report.py shows its time per step and "
                         "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
                         trainer.global_step, _planned_text(steps), stopped_by)
-            limit_test_batches(trainer, cfg.get("test_batches_if_stopped"), datamodule)
+            partial = limit_test_batches(trainer, cfg.get("test_batches_if_stopped"), datamodule)
+            if partial is not None:  # its test rate is of the first batches only: the report keeps it apart
+                steps["test/limited_to_batches"] = float(partial)
         ckpt_cb = trainer.checkpoint_callback
         best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
@@ -318,9 +320,13 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
     The cap only ever lowers the test: the smaller of ``batches`` and what ``trainer.limit_test_batches`` asks
     for, a count or a fraction (Lightning's rule for a fraction f of a loader of L batches: ``int(L * f)``,
     ``pytorch_lightning.trainer.connectors.data_connector._parse_num_batches``; L read from
-    ``datamodule.test_dataloader()``, per process under DDP). A fraction stays as it is where L is unknown."""
+    ``datamodule.test_dataloader()``, per process under DDP). A fraction stays as it is where L is unknown.
+
+    Returns:
+        The batches (per process) the test is limited to where that is fewer than the loader's (its rate is then
+        of those batches only: ``test/limited_to_batches`` in ``metrics.json``), else None."""
     if batches is None:
-        return
+        return None
     current = trainer.limit_test_batches
     if isinstance(current, float) and not isinstance(current, bool) and current < 1.0:
         length = _loader_length(datamodule)
@@ -332,6 +338,10 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
         trainer.limit_test_batches = batches
     log.warning("test_batches_if_stopped=%d: testing the unfinished run on %s batch(es) only (its inference rate; "
                 "test/samples in metrics.json says how many)", batches, trainer.limit_test_batches)
+    limit, length = trainer.limit_test_batches, _loader_length(datamodule)
+    if isinstance(limit, int) and (length is None or limit < length):
+        return limit
+    return None
 
 
 def _loader_length(datamodule: pl.LightningDataModule | None) -> int | None:

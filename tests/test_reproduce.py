@@ -16,7 +16,7 @@ import time
 import pytest
 import yaml
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, train_env
 
 spec = importlib.util.spec_from_file_location("reproduce", REPO_ROOT / "scripts" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(spec)
@@ -237,5 +237,61 @@ def test_a_second_reproduction_on_the_same_results_dir_is_refused(tmp_path, caps
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--dry-run"]) == 0
     held.close()
     again = reproduce.lock_results_dir(out)  # released: the next one gets it
+    assert again is not None
+    again.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid``, of any of its threads (reproduce.py starts jobs from worker threads)."""
+    import glob
+
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            found += [int(c) for c in open(path).read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_path, data_dir, cache_dir):
+    """Jobs run in their own session (a terminal's Ctrl-C reaches reproduce.py only), so a reproduce.py killed
+    outright (SIGKILL, an OOM kill) leaves its running job training on. Its flock went with it: a second
+    reproduce.py on the same --out then started the same job again, two processes writing one run dir. Each job
+    now holds the lock too (the same open file, inherited): the dir stays refused until the job ends."""
+    import os
+
+    out = tmp_path / "results"
+    cmd = _reproduce_cmd(out, "--grid", "attention=dot", "--no-report", steps=100_000, epochs=1000)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=train_env(data_dir, cache_dir))
+    deadline, children = time.monotonic() + 120, []
+    while not children and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        children = [pid for pid in _children(proc.pid) if "train.py" in _cmdline(pid)]  # not git's
+    assert children, f"reproduce.py started no job (exit {proc.poll()})"
+    (job,) = children
+    os.kill(proc.pid, signal.SIGKILL)  # the reproduction dies at once; its job, in its own session, does not
+    proc.wait(timeout=30)
+    try:
+        with pytest.raises(SystemExit) as refused:
+            reproduce.lock_results_dir(out)
+        assert "in use by another scripts/reproduce.py" in str(refused.value)
+        assert "or a job it started" in str(refused.value)
+    finally:
+        os.killpg(job, signal.SIGKILL)  # its own session: the job's process group is its pid
+        for _ in range(300):
+            if not os.path.exists(f"/proc/{job}") or open(f"/proc/{job}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+    again = reproduce.lock_results_dir(out)  # the job ended: the dir is free
     assert again is not None
     again.close()

@@ -130,8 +130,10 @@ class RunStats(pl.Callback):
     so a resumed DDP run reports the steps after its checkpoint.
 
     Args:
-        warmup_steps: training steps excluded from the rate (allocator warm-up,
-            kernel selection, first-touch page faults).
+        warmup_steps: training batches excluded from the rate (allocator warm-up,
+            kernel selection, first-touch page faults), extended to the end of
+            the optimizer step they end in (``accumulate_grad_batches``), so
+            every measured step is timed whole.
     """
 
     def __init__(self, warmup_steps: int = 20) -> None:
@@ -184,6 +186,7 @@ class RunStats(pl.Callback):
 
     def _reset_train(self) -> None:
         self._steps_seen = 0
+        self._warming = self.warmup_steps > 0
         self._train_time = 0.0
         self._train_cpu = 0.0
         self._train_samples = 0
@@ -217,7 +220,11 @@ class RunStats(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now, cpu, step = self._now(pl_module), time.thread_time(), trainer.global_step
         self._steps_seen += 1
-        if self._steps_seen > self.warmup_steps and self._last_end is not None:
+        if self._warming:
+            # the warm-up ends with an optimizer step: with accumulate_grad_batches=k a step whose first
+            # micro-batches were warm-up would be counted with part of its time
+            self._warming = self._steps_seen < self.warmup_steps or step == self._last_step
+        elif self._last_end is not None:
             self._train_time += now - self._last_end
             self._train_cpu += cpu - self._last_cpu
             self._train_samples += batch_size(batch)

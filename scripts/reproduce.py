@@ -461,7 +461,8 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
     dest = stage_dir / "report"
     rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
                          str(dest)], cwd=REPO_ROOT).returncode
-    if publish and (dest / "report.csv").is_file():
+    # a failed report.py leaves the previous report's files (or a mix): never published as the new results
+    if publish and rc == 0 and (dest / "report.csv").is_file():
         pub = REPO_ROOT / "docs" / "results" / device
         pub.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")

@@ -15,6 +15,7 @@ import time
 
 import pytest
 import yaml
+from types import SimpleNamespace
 
 from .conftest import REPO_ROOT, train_env
 
@@ -295,3 +296,25 @@ def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_
     again = reproduce.lock_results_dir(out)  # the job ended: the dir is free
     assert again is not None
     again.close()
+
+
+def test_publish_copies_nothing_from_a_report_that_failed(tmp_path, monkeypatch):
+    """--publish copies <stage>/report/{report.csv, jobs.csv, *.png} to docs/results/<device>/. When report.py
+    fails, those files are the previous report's (or a mix of old and new): before, they were published all the
+    same, as if they were the new results (a stale <stage>.csv beside a <stage>_jobs.csv of other runs). Now a
+    failed report publishes nothing and the step fails; a report that succeeded is published."""
+    out, repo = tmp_path / "results", tmp_path / "repo"
+    dest = out / "compare" / "report"
+    dest.mkdir(parents=True)
+    for name, text in (("report.csv", "old variants\n"), ("jobs.csv", "old jobs\n"), ("pareto.png", "old")):
+        (dest / name).write_text(text)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    codes = iter([1, 0])
+    monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=next(codes)))
+    assert reproduce.report("compare", out, "cpu-test", publish=True) is False
+    assert not (repo / "docs" / "results" / "cpu-test").exists()
+    assert reproduce.report("compare", out, "cpu-test", publish=True) is True
+    published = repo / "docs" / "results" / "cpu-test"
+    assert (published / "compare.csv").read_text() == "old variants\n"  # here: what the successful report wrote
+    assert (published / "compare_jobs.csv").read_text() == "old jobs\n"
+    assert (published / "compare_pareto.png").is_file()

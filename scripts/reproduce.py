@@ -459,6 +459,7 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
     if not stage_dir.is_dir():
         return True
     dest = stage_dir / "report"
+    started = time.time()
     rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
                          str(dest)], cwd=REPO_ROOT).returncode
     # a failed report.py leaves the previous report's files (or a mix): never published as the new results
@@ -469,6 +470,8 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
         if (dest / "jobs.csv").is_file():  # one row per run: what the per-run figures of the Results come from
             shutil.copyfile(dest / "jobs.csv", pub / f"{stage}_jobs.csv")
         for png in dest.glob("*.png"):
+            if png.stat().st_mtime < started:  # an earlier report's plot this one did not draw (a sweep it lacks)
+                continue
             if not png.name.startswith("attention_maps"):  # the maps stay in the report: one per setting and seed
                 shutil.copyfile(png, pub / f"{stage}_{png.name}")
     return rc == 0

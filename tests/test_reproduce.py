@@ -302,19 +302,34 @@ def test_publish_copies_nothing_from_a_report_that_failed(tmp_path, monkeypatch)
     """--publish copies <stage>/report/{report.csv, jobs.csv, *.png} to docs/results/<device>/. When report.py
     fails, those files are the previous report's (or a mix of old and new): before, they were published all the
     same, as if they were the new results (a stale <stage>.csv beside a <stage>_jobs.csv of other runs). Now a
-    failed report publishes nothing and the step fails; a report that succeeded is published."""
+    failed report publishes nothing and the step fails; a report that succeeded is published, with the plots it
+    drew (not an earlier report's plot of a sweep this one lacks)."""
     out, repo = tmp_path / "results", tmp_path / "repo"
     dest = out / "compare" / "report"
     dest.mkdir(parents=True)
     for name, text in (("report.csv", "old variants\n"), ("jobs.csv", "old jobs\n"), ("pareto.png", "old")):
         (dest / name).write_text(text)
+    import os
+
+    for old in dest.iterdir():
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
     monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
-    codes = iter([1, 0])
-    monkeypatch.setattr(reproduce.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=next(codes)))
+
+    def report_py(*args, **kwargs):  # the second call succeeds and writes the tables and one plot anew
+        if not calls:
+            calls.append(1)
+            return SimpleNamespace(returncode=1)
+        for name, text in (("report.csv", "new variants\n"), ("jobs.csv", "new jobs\n"), ("seq_len.png", "new")):
+            (dest / name).write_text(text)
+        return SimpleNamespace(returncode=0)
+
+    calls: list[int] = []
+    monkeypatch.setattr(reproduce.subprocess, "run", report_py)
     assert reproduce.report("compare", out, "cpu-test", publish=True) is False
     assert not (repo / "docs" / "results" / "cpu-test").exists()
     assert reproduce.report("compare", out, "cpu-test", publish=True) is True
     published = repo / "docs" / "results" / "cpu-test"
-    assert (published / "compare.csv").read_text() == "old variants\n"  # here: what the successful report wrote
-    assert (published / "compare_jobs.csv").read_text() == "old jobs\n"
-    assert (published / "compare_pareto.png").is_file()
+    assert (published / "compare.csv").read_text() == "new variants\n"
+    assert (published / "compare_jobs.csv").read_text() == "new jobs\n"
+    # only the plots this report drew: the earlier report's pareto.png is not passed off as this one's
+    assert sorted(p.name for p in published.glob("*.png")) == ["compare_seq_len.png"]

@@ -385,12 +385,27 @@ class WandbUnavailable(RuntimeError):
     """The W&B API cannot be reached (offline machine, no credentials, unknown project)."""
 
 
+def _wandb_stopped_by(summary: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """What a run dir's ``metrics.json`` says as ``stopped_by``, for a W&B run (its summary holds numbers only):
+    ``"max_time"`` where its config set ``trainer.max_time`` and it ended before its budget
+    (``train/steps_done < train/steps_planned``: the rule of :func:`attnbench.run.train.stop_reason`; a run that
+    failed otherwise is not ``finished``), else ``None``."""
+    if isinstance(summary.get("stopped_by"), str) and summary["stopped_by"]:
+        return summary["stopped_by"]
+    done, planned = summary.get("train/steps_done"), summary.get("train/steps_planned")
+    capped = (config.get("trainer") or {}).get("max_time") not in (None, "", "null")
+    if capped and _finite(done) and _finite(planned) and float(done) < float(planned):
+        return "max_time"
+    return None
+
+
 def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """Runs of a W&B project (optionally one group) through the public API, as :func:`read_job` records.
 
     Each run's settings are its run config (the resolved Hydra config train.py stores), flattened, with
     ``attention`` and ``data`` taken from ``attention.name`` and ``data.name``; its metrics are the numbers of
-    its summary. A run whose state is not ``finished`` counts as failed. Runs of ``job_type`` ``report``
+    its summary. A run whose state is not ``finished`` counts as failed; one the wall-time cap stopped before its
+    budget is marked ``stopped_by`` as its ``metrics.json`` would be (:func:`_wandb_stopped_by`). Runs of ``job_type`` ``report``
     (summary runs written by ``--wandb``) are skipped.
 
     Args:
@@ -426,6 +441,8 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
+        if stopped_by := _wandb_stopped_by(dict(run.summary), config):
+            record["stopped_by"] = stopped_by
         record["status"] = STATUS_OK if run.state == "finished" and ACC in summary else STATUS_FAILED
         if record["status"] == STATUS_FAILED:
             record["error"] = f"W&B state {run.state}" + ("" if ACC in summary else f", no {ACC} in its summary")
@@ -476,6 +493,10 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
         mark = f" (disturbed: cpu share {r.get('train/cpu_share'):.2f})" if disturbed[r.name] else ""
         # how many rows the accuracy is of: fewer than the split's with test_batches_if_stopped
         tested = f"; {r.get('test/samples'):,.0f} test rows" if _finite(r.get("test/samples")) else ""
+        if _finite(r.get("test/limited_to_batches")) and _finite(r.get("test/tokens_per_sec")):
+            # its rate is of its first batches only (the longest rows): kept out of the variant's test_tok_s
+            tested += (f", {r.get('test/tokens_per_sec'):,.0f} test tok/s on its first "
+                       f"{r.get('test/limited_to_batches'):,.0f} batches")
         cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
         cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
                   "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",

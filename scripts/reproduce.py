@@ -173,9 +173,17 @@ def load_manifest(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
 
 
+#: the open lock file of this process's results dir (:func:`lock_results_dir`); every job inherits it
+_LOCK_FILE = None
+
+
 def lock_results_dir(out: Path):
     """Hold ``<out>/.reproduce.lock`` (an exclusive ``flock``) for the life of this process and return its open
     file (closing it, or exiting, releases the lock); ``None`` where the OS has no ``fcntl`` (not POSIX).
+
+    Each job this process starts inherits the open file (:func:`run_job`, ``pass_fds``), and a flock is held
+    while any process has it open: a job that outlives a killed ``reproduce.py`` (jobs run in their own session)
+    keeps the dir locked until it ends, so no second reproduction starts the same job beside it.
 
     Raises:
         SystemExit: another ``reproduce.py`` holds it: two at once on one results dir would start the same jobs
@@ -192,14 +200,16 @@ def lock_results_dir(out: Path):
         handle.seek(0)
         holder = handle.read().strip() or "a process"
         handle.close()
-        raise SystemExit(f"{out} is in use by another scripts/reproduce.py ({holder}): two at once would start the "
-                         "same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
+        raise SystemExit(f"{out} is in use by another scripts/reproduce.py ({holder}), or a job it started that is "
+                         "still running: two at once would start the same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
                          "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, and "
                          f"`python scripts/report.py {out}/<stage>` reports the jobs finished so far.") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     handle.flush()
+    global _LOCK_FILE
+    _LOCK_FILE = handle
     return handle
 
 
@@ -331,8 +341,10 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
         with LOCK:
             if STOPPING.is_set():
                 return False
+            # the results dir's lock file, inherited: the dir stays locked while the job runs (lock_results_dir)
+            held = () if _LOCK_FILE is None or _LOCK_FILE.closed else (_LOCK_FILE.fileno(),)
             proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=env)
+                                    start_new_session=True, env=env, pass_fds=held)
             RUNNING.add(proc)
         if cpus is not None:  # before the child has imported torch, so its OpenMP threads inherit the set
             os.sched_setaffinity(proc.pid, cpus)
@@ -447,15 +459,19 @@ def report(stage: str, out: Path, device: str, publish: bool) -> bool:
     if not stage_dir.is_dir():
         return True
     dest = stage_dir / "report"
+    started = time.time() - 2.0  # 2 s: filesystems that keep whole (FAT: even) seconds of mtime
     rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
                          str(dest)], cwd=REPO_ROOT).returncode
-    if publish and (dest / "report.csv").is_file():
+    # a failed report.py leaves the previous report's files (or a mix): never published as the new results
+    if publish and rc == 0 and (dest / "report.csv").is_file():
         pub = REPO_ROOT / "docs" / "results" / device
         pub.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
         if (dest / "jobs.csv").is_file():  # one row per run: what the per-run figures of the Results come from
             shutil.copyfile(dest / "jobs.csv", pub / f"{stage}_jobs.csv")
         for png in dest.glob("*.png"):
+            if png.stat().st_mtime < started:  # an earlier report's plot this one did not draw (a sweep it lacks)
+                continue
             if not png.name.startswith("attention_maps"):  # the maps stay in the report: one per setting and seed
                 shutil.copyfile(png, pub / f"{stage}_{png.name}")
     return rc == 0

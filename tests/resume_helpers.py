@@ -49,3 +49,10 @@ class RecordBatches(pl.Callback):
         with self.path.open("a") as f:
             f.write(json.dumps({"epoch": trainer.current_epoch, "step": trainer.global_step,
                                 "batch_idx": batch_idx, "sha1": digest}) + "\n")
+
+
+class CtrlCAtFitStart(pl.Callback):
+    """Send this process SIGINT when the fit starts (after a checkpoint was restored, before training starts)."""
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        os.kill(os.getpid(), signal.SIGINT)

@@ -49,6 +49,19 @@ def test_steps_per_sec_counts_the_steps_that_max_steps_and_steps_planned_count(t
         "train/steps_per_sec counts micro-batches, train/steps_planned optimizer steps")
 
 
+def test_the_warm_up_ends_on_an_optimizer_step_with_accumulation(toy, tmp_path):  # noqa: F811
+    """With ``accumulate_grad_batches=2`` and one warm-up batch, the first optimizer step's first micro-batch is
+    warm-up: the step must be left out whole, else it is counted as a step with half its time (and the samples
+    per counted step are not 2 x 8). 10 steps = 20 batches: the first step (2 batches) warms up, 9 whole steps
+    of up to 16 rows are measured (143 rows: one toy batch holds 7). Before: 10 steps over 19 batches' time (151
+    rows)."""
+    summary = run_in_process(toy, tmp_path / "run", "+trainer.accumulate_grad_batches=2", "trainer.max_epochs=-1",
+                             "trainer.max_steps=10", "callbacks.run_stats.warmup_steps=1")
+    assert summary["train/steps_done"] == 10
+    assert summary["train/steps_per_sec"] * summary["train/time_sec"] == pytest.approx(9, rel=1e-9)
+    assert 18 * 8 - 7 <= summary["train/samples"] <= 18 * 8  # 18 batches, not 19
+
+
 def _disturbed_job(job: str) -> dict:
     return {"job": job, "status": STATUS_OK, ACC: 0.8, "train/tokens_per_sec": 9889.0, "test/tokens_per_sec": 31686.0,
             "train/steps_per_sec": 13.19, "train/cpu_share": 0.49, "test/cpu_share": 0.97}

@@ -107,6 +107,49 @@ def test_a_stopped_run_is_tested_on_test_batches_if_stopped(toy, tmp_path, limit
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["stopped_by"] == ("max_time" if stop else None)
     assert metrics["test/samples"] == tested
+    # the report keeps a rate of the first batches only apart from whole-split rates
+    assert metrics.get("test/limited_to_batches") == (limit if tested < 40 else None)
+
+
+@pytest.mark.parametrize("fraction, cap, tested", [
+    (0.2, 2, 8),    # the user's own limit (1 of 5 batches) is the smaller: it stays
+    (0.6, 2, 16),   # 3 of 5 batches: the cap's 2 are the smaller
+])
+def test_a_fraction_limit_test_batches_is_never_raised_by_the_cap(toy, tmp_path, fraction, cap, tested):  # noqa: F811
+    """``test_batches_if_stopped`` only ever lowers the test of a stopped run: with ``trainer.limit_test_batches``
+    a fraction (Lightning: int(batches x fraction)), the smaller of the two counts. Before: the cap replaced any
+    fraction, so ``limit_test_batches=0.2`` with the cap at 2 tested 16 rows (2 batches) instead of 8 (1 batch)."""
+    out = tmp_path / "run"
+    run_in_process(toy, out, "data.eval_batch_size=8", f"test_batches_if_stopped={cap}",
+                   f"trainer.limit_test_batches={fraction}", "trainer.max_epochs=10000", "trainer.max_time={seconds:2}")
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["stopped_by"] == "max_time"
+    assert metrics["test/samples"] == tested
+
+
+def test_a_test_cut_to_its_first_batches_is_kept_out_of_the_test_rate():
+    """test_tok_s compares score functions' inference rates over the whole test split; a stopped run tested on its
+    first batches only (test_batches_if_stopped; under length-grouped batching the longest rows, a heavier
+    workload) is left out of it and its rate shown in the stopped-run table instead. Before: the variant's median
+    mixed the two workloads (1,000 tok/s over the split, 600 on the longest batches: test_tok_s 800)."""
+    jobs = pd.DataFrame([
+        {**_job("additive", 0, 0.70), "test/tokens_per_sec": 1000.0, "test/samples": 40.0},
+        {**_job("additive", 1, 0.60, stopped=True), "test/tokens_per_sec": 600.0, "test/samples": 16.0,
+         "test/limited_to_batches": 2.0},
+        {**_job("l2", 0, 0.55, stopped=True), "test/tokens_per_sec": 500.0, "test/samples": 16.0,
+         "test/limited_to_batches": 2.0},
+        {**_job("dot", 0, 0.65, stopped=True), "test/tokens_per_sec": 900.0, "test/samples": 40.0},  # whole split
+    ])
+    jobs["job"] = [f"{a}-s{s}" for a, s in zip(jobs["attention"], jobs["seed"])]
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    assert table.loc["additive", "test_tok_s"] == 1000.0
+    assert math.isnan(table.loc["l2", "test_tok_s"])
+    assert table.loc["dot", "test_tok_s"] == 900.0  # stopped, but tested on the whole split: comparable
+    rows = report.stopped_table(jobs, ["attention", "seed"]).splitlines()
+    (l2_row,) = [r for r in rows if r.startswith("| l2-s0 ")]
+    assert l2_row.endswith("| 0.5500 (unfinished; 16 test rows, 500 test tok/s on its first 2 batches) |")
+    (dot_row,) = [r for r in rows if r.startswith("| dot-s0 ")]
+    assert dot_row.endswith("| 0.6500 (unfinished; 40 test rows) |")
 
 
 def test_a_run_within_its_cap_is_not_marked(toy, tmp_path):  # noqa: F811

@@ -258,6 +258,28 @@ def test_wandb_project_group_through_the_api(tmp_path):
     assert "Fixed: data=sst2, trainer.max_steps=150" in markdown  # W&B configs carry no group choice for model
 
 
+def test_wandb_run_the_cap_stopped_is_not_averaged_as_final():
+    """A W&B run trainer.max_time stopped before its budget (its summary: train/steps_done < train/steps_planned,
+    its config: a max_time) is unfinished, as its run dir's metrics.json says (stopped_by: max_time): its accuracy
+    is left out of acc_mean and the pairing, as a dir-read run's is. Before: the W&B summary has no stopped_by
+    (a string, and only numbers were read), so seed 1's unfinished 0.60 was averaged with the final 0.80, 0.82
+    and 0.81 (acc_mean 0.7575, n 4, instead of 0.81, n 3); with trainer.max_time not defining a variant, a capped
+    and an uncapped run are one variant. A run that finished within its cap, or stopped without one, is not marked."""
+    runs = []
+    for seed, acc, done, max_time in ((0, 0.80, 150, None), (1, 0.60, 40, "00:00:10:00"), (2, 0.82, 150, "00:00:10:00"),
+                                      (3, 0.81, 149, None)):
+        config = _config("additive", seed, run=seed)
+        config["trainer"]["max_time"] = max_time
+        summary = {"test/acc": acc, "train/steps_done": done, "train/steps_planned": 150.0}
+        runs.append(FakeRun(name=f"additive-sst2-s{seed}", url=f"u{seed}", config=config, summary=summary,
+                            state="finished", job_type=None))
+    jobs, swept, _ = report.read_wandb("me/attnbench", None, api=FakeApi(runs))
+    assert list(jobs.set_index("seed")["stopped_by"].fillna("-")) == ["-", "max_time", "-", "-"]
+    row = report.summarise(jobs, swept).iloc[0]
+    assert row["n"] == 3 and row["n_stopped"] == 1
+    assert row["acc_mean"] == pytest.approx((0.80 + 0.82 + 0.81) / 3)
+
+
 def test_wandb_unreachable_is_one_clear_error(monkeypatch, capsys):
     class Unreachable:
         def runs(self, path, filters=None):

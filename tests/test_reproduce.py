@@ -15,8 +15,9 @@ import time
 
 import pytest
 import yaml
+from types import SimpleNamespace
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, train_env
 
 spec = importlib.util.spec_from_file_location("reproduce", REPO_ROOT / "scripts" / "reproduce.py")
 reproduce = importlib.util.module_from_spec(spec)
@@ -239,3 +240,96 @@ def test_a_second_reproduction_on_the_same_results_dir_is_refused(tmp_path, caps
     again = reproduce.lock_results_dir(out)  # released: the next one gets it
     assert again is not None
     again.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid``, of any of its threads (reproduce.py starts jobs from worker threads)."""
+    import glob
+
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        try:
+            found += [int(c) for c in open(path).read().split()]
+        except OSError:
+            pass
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_path, data_dir, cache_dir):
+    """Jobs run in their own session (a terminal's Ctrl-C reaches reproduce.py only), so a reproduce.py killed
+    outright (SIGKILL, an OOM kill) leaves its running job training on. Its flock went with it: a second
+    reproduce.py on the same --out then started the same job again, two processes writing one run dir. Each job
+    now holds the lock too (the same open file, inherited): the dir stays refused until the job ends."""
+    import os
+
+    out = tmp_path / "results"
+    cmd = _reproduce_cmd(out, "--grid", "attention=dot", "--no-report", steps=100_000, epochs=1000)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=train_env(data_dir, cache_dir))
+    deadline, children = time.monotonic() + 120, []
+    while not children and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        children = [pid for pid in _children(proc.pid) if "train.py" in _cmdline(pid)]  # not git's
+    assert children, f"reproduce.py started no job (exit {proc.poll()})"
+    (job,) = children
+    os.kill(proc.pid, signal.SIGKILL)  # the reproduction dies at once; its job, in its own session, does not
+    proc.wait(timeout=30)
+    try:
+        with pytest.raises(SystemExit) as refused:
+            reproduce.lock_results_dir(out)
+        assert "in use by another scripts/reproduce.py" in str(refused.value)
+        assert "or a job it started" in str(refused.value)
+    finally:
+        os.killpg(job, signal.SIGKILL)  # its own session: the job's process group is its pid
+        for _ in range(300):
+            if not os.path.exists(f"/proc/{job}") or open(f"/proc/{job}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.1)
+    again = reproduce.lock_results_dir(out)  # the job ended: the dir is free
+    assert again is not None
+    again.close()
+
+
+def test_publish_copies_nothing_from_a_report_that_failed(tmp_path, monkeypatch):
+    """--publish copies <stage>/report/{report.csv, jobs.csv, *.png} to docs/results/<device>/. When report.py
+    fails, those files are the previous report's (or a mix of old and new): before, they were published all the
+    same, as if they were the new results (a stale <stage>.csv beside a <stage>_jobs.csv of other runs). Now a
+    failed report publishes nothing and the step fails; a report that succeeded is published, with the plots it
+    drew (not an earlier report's plot of a sweep this one lacks)."""
+    out, repo = tmp_path / "results", tmp_path / "repo"
+    dest = out / "compare" / "report"
+    dest.mkdir(parents=True)
+    for name, text in (("report.csv", "old variants\n"), ("jobs.csv", "old jobs\n"), ("pareto.png", "old")):
+        (dest / name).write_text(text)
+    import os
+
+    for old in dest.iterdir():
+        os.utime(old, (time.time() - 3600, time.time() - 3600))
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+
+    def report_py(*args, **kwargs):  # the second call succeeds and writes the tables and one plot anew
+        if not calls:
+            calls.append(1)
+            return SimpleNamespace(returncode=1)
+        for name, text in (("report.csv", "new variants\n"), ("jobs.csv", "new jobs\n"), ("seq_len.png", "new")):
+            (dest / name).write_text(text)
+        return SimpleNamespace(returncode=0)
+
+    calls: list[int] = []
+    monkeypatch.setattr(reproduce.subprocess, "run", report_py)
+    assert reproduce.report("compare", out, "cpu-test", publish=True) is False
+    assert not (repo / "docs" / "results" / "cpu-test").exists()
+    assert reproduce.report("compare", out, "cpu-test", publish=True) is True
+    published = repo / "docs" / "results" / "cpu-test"
+    assert (published / "compare.csv").read_text() == "new variants\n"
+    assert (published / "compare_jobs.csv").read_text() == "new jobs\n"
+    # only the plots this report drew: the earlier report's pareto.png is not passed off as this one's
+    assert sorted(p.name for p in published.glob("*.png")) == ["compare_seq_len.png"]

@@ -10,6 +10,8 @@ import shutil
 import pytest
 import torch
 
+from attnbench.errors import RunInterrupted
+
 from .test_faults import run_in_process, toy  # noqa: F401 - toy is a fixture
 
 RATE_KEYS = ("train/samples", "train/tokens", "train/time_sec", "train/steps_per_sec", "train/tokens_per_sec",
@@ -58,3 +60,43 @@ def test_a_run_resumed_mid_training_counts_the_steps_before_and_after(toy, tmp_p
     assert metrics["train/steps_done"] == 20
     assert metrics["train/samples"] == (9 + 9) * 8
     assert metrics["train/steps_per_sec"] * metrics["train/time_sec"] == pytest.approx(18, rel=1e-9)
+
+
+def test_a_resume_interrupted_before_training_writes_no_step_0_checkpoint(toy, tmp_path):  # noqa: F811
+    """Ctrl-C after Lightning restored the checkpoint's weights and callbacks (before on_fit_start) but before its
+    step, loops and optimizer (after it). Before: interrupted.ckpt was written there with global_step 0, no
+    optimizer state and the trained weights; as the newest file ckpt_path=last resumed from it and trained all
+    20 steps again (train/samples 223 over 28 measured steps, not 18). Now nothing is written, the message names
+    the last checkpoint, and the resume continues from step 10: 9 + 9 measured steps of 8 rows."""
+    run_dir = tmp_path / "run"
+    run_in_process(toy, run_dir, "trainer.max_epochs=-1", "trainer.max_steps=10")
+    (run_dir / "metrics.json").unlink()
+    with pytest.raises(RunInterrupted) as err:
+        run_in_process(toy, run_dir, "trainer.max_epochs=-1", "trainer.max_steps=20", "ckpt_path=last",
+                       "+callbacks.stop._target_=tests.resume_helpers.CtrlCAtFitStart")
+    assert not (run_dir / "checkpoints" / "interrupted.ckpt").exists()
+    assert "no new checkpoint written (interrupted before training started" in str(err.value)
+    assert "the last one is" in str(err.value) and "step10" in str(err.value)  # a checkpoint of step 10
+    run_in_process(toy, run_dir, "trainer.max_epochs=-1", "trainer.max_steps=20", "ckpt_path=last")
+    metrics = _metrics(run_dir)
+    assert metrics["resumed_from"].endswith("last.ckpt")
+    assert metrics["train/steps_done"] == 20
+    assert metrics["train/samples"] == (9 + 9) * 8
+    assert metrics["train/steps_per_sec"] * metrics["train/time_sec"] == pytest.approx(18, rel=1e-9)
+
+
+def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_them():
+    """RunStats adds a restored checkpoint's counters at on_train_start; a checkpoint written before that (any
+    trainer.save_checkpoint between the restore and the start of training) must carry them on, and the earlier
+    processes' peak. Before: it held this process's zero counters and its own peak only."""
+    from attnbench.callbacks.run_stats import RunStats
+
+    stats = RunStats(warmup_steps=1)
+    stats._device = torch.device("cpu")
+    earlier = {"world_size": 1, "peak_mem_bytes": 2**50, "_train_time": 1.5, "_train_cpu": 1.25,
+               "_train_samples": 72, "_train_tokens": 288, "_train_steps": 9}
+    stats.load_state_dict(earlier)
+    assert stats.state_dict() == earlier
+    stats._world_size = 2  # a DDP process does not count a single-process checkpoint's steps (class docstring)
+    assert stats.state_dict() == {**earlier, "world_size": 2, "_train_time": 0.0, "_train_cpu": 0.0,
+                                  "_train_samples": 0, "_train_tokens": 0, "_train_steps": 0}

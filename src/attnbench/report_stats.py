@@ -76,7 +76,10 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     final one) but counted in the cost columns, and add ``n_stopped`` (such runs), ``steps_done`` and
     ``steps_planned`` (their means) and ``extrapolated_sec``: the time the whole budget would take at their
     measured rate, mean over them of ``train/steps_planned / train/steps_per_sec`` (training steps only;
-    validation and test not counted). ``n_stopped`` is 0 and the other three NaN where no run stopped.
+    validation and test not counted). ``n_stopped`` is 0 and the other three NaN where no run stopped. A stopped
+    run tested on its first batches only (``test_batches_if_stopped``: ``test/limited_to_batches`` in its
+    metrics) is left out of ``test_tok_s``: under length-grouped batching those batches hold the longest rows, a
+    heavier workload than the whole split the other runs' rates are of (its own rate is in the stopped-run table).
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     replicates = [k for k in REPLICATE_KEYS if k in jobs]  # what pairs a run with its baseline run
@@ -91,6 +94,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     stopped = stopped_runs(done)
     disturbed = {share: disturbed_runs(done, share) for share in ("train/cpu_share", "test/cpu_share")}
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
+    partial_tests = (pd.to_numeric(done["test/limited_to_batches"], errors="coerce").notna()
+                     if "test/limited_to_batches" in done else pd.Series(False, index=done.index))
     setting_keys = [k for k in variant_keys if k != "attention"]
     rows = []
     groups = done.groupby(variant_keys, sort=False, dropna=False) if variant_keys else [((), done)]
@@ -109,7 +114,10 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
         for column, metric, share in RATE_COLUMNS:
             if metric in group:
-                row[column] = pd.to_numeric(group[metric][~disturbed[share][group.index]], errors="coerce").median()
+                kept = ~disturbed[share][group.index]
+                if metric == "test/tokens_per_sec":  # a test cut to its first (longest) batches: another workload
+                    kept &= ~partial_tests[group.index]
+                row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
         for column, metric, scale in (
             ("peak_mem_mb", "perf/peak_mem_bytes", 2.0**-20),

@@ -34,7 +34,11 @@ class InterruptCheckpoint(pl.Callback):
       written, or ``None`` with the reason in :attr:`checkpoint_error`);
     - writes nothing while testing (the trained checkpoints exist), after a NaN loss (the last good checkpoint
       is the one to keep), after a failed write (another would fail the same way), or inside validation (a
-      checkpoint taken there marks the epoch's validation as done: resuming from it would skip it).
+      checkpoint taken there marks the epoch's validation as done: resuming from it would skip it), or before
+      training has (re)started in this process: Lightning restores a checkpoint's weights and callbacks before
+      ``on_fit_start`` but its step, loops and optimizer only after it, so a checkpoint taken in between holds
+      trained weights at step 0 with a fresh optimizer; as the newest file, ``ckpt_path=last`` would pick it and
+      train the whole budget again from there. The checkpoint the run resumed from stays the one to resume from.
 
     Args:
         dirpath: the run's ``checkpoints/`` folder.
@@ -47,9 +51,16 @@ class InterruptCheckpoint(pl.Callback):
         self.checkpoint_error: str | None = None
         self.signal_name: str | None = None
         self.trainer: pl.Trainer | None = None
+        self._training = False  # on_train_start seen in this fit: the whole training state is in place
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.trainer = trainer
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._training = False
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._training = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.received_sigterm:
@@ -63,6 +74,10 @@ class InterruptCheckpoint(pl.Callback):
         if trainer.state.fn != TrainerFn.FITTING or isinstance(exception, NonFiniteLossError):
             return
         if write_error(exception) is not None:
+            return
+        if not self._training:
+            self.checkpoint_error = ("interrupted before training started: a checkpoint now would hold step 0 "
+                                     "without the optimizer and loop state")
             return
         if trainer.validating or trainer.sanity_checking:
             self.checkpoint_error = "interrupted during validation, whose checkpoint would skip it on resume"

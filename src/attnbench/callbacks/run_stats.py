@@ -130,8 +130,10 @@ class RunStats(pl.Callback):
     so a resumed DDP run reports the steps after its checkpoint.
 
     Args:
-        warmup_steps: training steps excluded from the rate (allocator warm-up,
-            kernel selection, first-touch page faults).
+        warmup_steps: training batches excluded from the rate (allocator warm-up,
+            kernel selection, first-touch page faults), extended to the end of
+            the optimizer step they end in (``accumulate_grad_batches``), so
+            every measured step is timed whole.
     """
 
     def __init__(self, warmup_steps: int = 20) -> None:
@@ -153,10 +155,18 @@ class RunStats(pl.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps), the peak
-        memory so far (bytes) and the world size they were counted under; saved in every checkpoint."""
-        peak = max(self._restored_peak, peak_memory_bytes(self._device)) if self._device is not None else 0
-        return {"world_size": self._world_size, "peak_mem_bytes": peak,
-                **{name: getattr(self, name) for name in self._MEASURED}}
+        memory so far (bytes) and the world size they were counted under; saved in every checkpoint.
+
+        A checkpoint restored but not yet counted on from (a checkpoint written between the restore and the start
+        of training, e.g. ``interrupted.ckpt`` on a Ctrl-C there) is included, so no resume loses the counters
+        and peak of the processes before it."""
+        pending = self._restored
+        peak = max(self._restored_peak, int(pending.get("peak_mem_bytes", 0)),
+                   peak_memory_bytes(self._device) if self._device is not None else 0)
+        counters = {name: getattr(self, name) for name in self._MEASURED}
+        if pending.get("world_size") == self._world_size == 1:  # the rule of _count_on_from_checkpoint
+            counters = {name: value + type(value)(pending.get(name, 0)) for name, value in counters.items()}
+        return {"world_size": self._world_size, "peak_mem_bytes": peak, **counters}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already
@@ -176,6 +186,7 @@ class RunStats(pl.Callback):
 
     def _reset_train(self) -> None:
         self._steps_seen = 0
+        self._warming = self.warmup_steps > 0
         self._train_time = 0.0
         self._train_cpu = 0.0
         self._train_samples = 0
@@ -209,7 +220,11 @@ class RunStats(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         now, cpu, step = self._now(pl_module), time.thread_time(), trainer.global_step
         self._steps_seen += 1
-        if self._steps_seen > self.warmup_steps and self._last_end is not None:
+        if self._warming:
+            # the warm-up ends with an optimizer step: with accumulate_grad_batches=k a step whose first
+            # micro-batches were warm-up would be counted with part of its time
+            self._warming = self._steps_seen < self.warmup_steps or step == self._last_step
+        elif self._last_end is not None:
             self._train_time += now - self._last_end
             self._train_cpu += cpu - self._last_cpu
             self._train_samples += batch_size(batch)

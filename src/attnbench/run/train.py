@@ -247,7 +247,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                         "unfinished run (metrics.json: stopped_by=%s; scripts/report.py shows its time per step and "
                         "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
                         trainer.global_step, _planned_text(steps), stopped_by)
-            limit_test_batches(trainer, cfg.get("test_batches_if_stopped"))
+            partial = limit_test_batches(trainer, cfg.get("test_batches_if_stopped"), datamodule)
+            if partial is not None:  # its test rate is of the first batches only: the report keeps it apart
+                steps["test/limited_to_batches"] = float(partial)
         ckpt_cb = trainer.checkpoint_callback
         best = getattr(ckpt_cb, "best_model_path", "") if ckpt_cb is not None else ""
         trainer.test(module, datamodule=datamodule, ckpt_path=best or None, verbose=False)
@@ -306,19 +308,50 @@ def stop_reason(trainer: pl.Trainer) -> str | None:
     return "max_time" if trainer.global_step < planned else None
 
 
-def limit_test_batches(trainer: pl.Trainer, batches: int | None) -> None:
+def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.LightningDataModule | None = None
+                       ) -> None:
     """Cap the test that follows a stopped fit at ``batches`` batches (``test_batches_if_stopped``; None: leave
     the trainer's ``limit_test_batches`` as configured). An unfinished run's accuracy is left out of the report,
     so its test only measures the inference rate (``test/tokens_per_sec``; ``test/samples`` says how many were
     tested): for ``additive`` at n = 512 on a CPU the whole 25,000-review IMDB test would outlast the capped fit.
     Lightning runs the first ``batches`` batches; with ``data.batching=length_grouped`` those hold the longest
-    rows, so the rate is the one at full length, lower than a whole split's for a cost that grows with n."""
+    rows, so the rate is the one at full length, lower than a whole split's for a cost that grows with n.
+
+    The cap only ever lowers the test: the smaller of ``batches`` and what ``trainer.limit_test_batches`` asks
+    for, a count or a fraction (Lightning's rule for a fraction f of a loader of L batches: ``int(L * f)``,
+    ``pytorch_lightning.trainer.connectors.data_connector._parse_num_batches``; L read from
+    ``datamodule.test_dataloader()``, per process under DDP). A fraction stays as it is where L is unknown.
+
+    Returns:
+        The batches (per process) the test is limited to where that is fewer than the loader's (its rate is then
+        of those batches only: ``test/limited_to_batches`` in ``metrics.json``), else None."""
     if batches is None:
-        return
+        return None
     current = trainer.limit_test_batches
-    trainer.limit_test_batches = min(current, batches) if isinstance(current, int) else batches
-    log.warning("test_batches_if_stopped=%d: testing the unfinished run on %d batch(es) only (its inference rate; "
+    if isinstance(current, float) and not isinstance(current, bool) and current < 1.0:
+        length = _loader_length(datamodule)
+        if length is not None and int(length * current) >= 1:  # 0 batches: Lightning's own error names the key
+            current = int(length * current)
+    if isinstance(current, int) and not isinstance(current, bool):
+        trainer.limit_test_batches = min(current, batches)
+    elif not (isinstance(current, float) and current < 1.0):  # None or 1.0: the whole split
+        trainer.limit_test_batches = batches
+    log.warning("test_batches_if_stopped=%d: testing the unfinished run on %s batch(es) only (its inference rate; "
                 "test/samples in metrics.json says how many)", batches, trainer.limit_test_batches)
+    limit, length = trainer.limit_test_batches, _loader_length(datamodule)
+    if isinstance(limit, int) and (length is None or limit < length):
+        return limit
+    return None
+
+
+def _loader_length(datamodule: pl.LightningDataModule | None) -> int | None:
+    """Batches of ``datamodule.test_dataloader()`` (this process's), or None where it has no length."""
+    if datamodule is None:
+        return None
+    try:
+        return len(datamodule.test_dataloader())
+    except (TypeError, NotImplementedError):  # an iterable loader without a length
+        return None
 
 
 def _planned_text(figures: dict[str, float]) -> str:

@@ -309,7 +309,7 @@ def stop_reason(trainer: pl.Trainer) -> str | None:
 
 
 def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.LightningDataModule | None = None
-                       ) -> None:
+                       ) -> int | None:
     """Cap the test that follows a stopped fit at ``batches`` batches (``test_batches_if_stopped``; None: leave
     the trainer's ``limit_test_batches`` as configured). An unfinished run's accuracy is left out of the report,
     so its test only measures the inference rate (``test/tokens_per_sec``; ``test/samples`` says how many were
@@ -327,9 +327,8 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
         of those batches only: ``test/limited_to_batches`` in ``metrics.json``), else None."""
     if batches is None:
         return None
-    current = trainer.limit_test_batches
+    current, length = trainer.limit_test_batches, _loader_length(datamodule)
     if isinstance(current, float) and not isinstance(current, bool) and current < 1.0:
-        length = _loader_length(datamodule)
         if length is not None and int(length * current) >= 1:  # 0 batches: Lightning's own error names the key
             current = int(length * current)
     if isinstance(current, int) and not isinstance(current, bool):
@@ -338,7 +337,7 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
         trainer.limit_test_batches = batches
     log.warning("test_batches_if_stopped=%d: testing the unfinished run on %s batch(es) only (its inference rate; "
                 "test/samples in metrics.json says how many)", batches, trainer.limit_test_batches)
-    limit, length = trainer.limit_test_batches, _loader_length(datamodule)
+    limit = trainer.limit_test_batches
     if isinstance(limit, int) and (length is None or limit < length):
         return limit
     return None

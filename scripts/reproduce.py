@@ -24,8 +24,8 @@ A job whose ``metrics.json`` exists is done and skipped; one with ``checkpoints/
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
 At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots),
-and with ``--publish``: the report tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run) and
-figures copied to ``docs/results/<device>/`` and the generated
+and with ``--publish``: the report tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run),
+figures and ``manifest.json`` copied to ``docs/results/<device>/`` and the generated
 README/docs tables rewritten (``scripts/readme_tables.py``). Every job's log is ``<out>/<stage>/logs/<run
 name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
 
@@ -541,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
             if stage in TRAIN_STAGES:
                 report(stage, out, args.device, args.publish)
         if args.publish:
+            pub = REPO_ROOT / "docs" / "results" / args.device
+            pub.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(out / "manifest.json", pub / "manifest.json")  # each job's commits, command, time
             throughput = out / "cost" / COST_RESULTS["train_throughput"]
             if "cost" in stages and throughput.is_file():
                 pub = REPO_ROOT / "docs" / "results" / args.device

@@ -445,3 +445,25 @@ def test_the_cost_pages_numbers_from_its_result_files():
     assert f"the table's last row: {val_acc})" in text
     assert f"| mean (95% t interval, n = {seeds}) |" in (REPO_ROOT / "docs" / "cost.md").read_text()
     assert test_acc in (REPO_ROOT / "docs" / "cost.md").read_text()
+
+
+def test_the_long_context_commits_and_conditions_are_the_published_manifests():
+    """The long_context section says which commit each job ran on and which ran one or two at a time (what its
+    rates mean): docs/results/cpu/manifest.json, published by reproduce.py --publish, says the same."""
+    import json
+
+    manifest = json.loads((REPO_ROOT / "docs/results/cpu/manifest.json").read_text())
+    jobs = {k.split("/", 1)[1]: v for k, v in manifest["jobs"].items() if k.startswith("long_context/")}
+    assert len(jobs) == 13
+    alone = {"dot-L256-imdb-s0", "scaled_dot-L256-imdb-s0", "general-L256-imdb-s0"}
+    commits = {name: [c[:7] for c in job["commits"]] for name, job in jobs.items()}
+    assert commits.pop("dot-L256-imdb-s0") == ["945d2d7", "dd8b62e"]  # trained on the first, tested on the second
+    assert commits.pop("scaled_dot-L256-imdb-s0") == commits.pop("general-L256-imdb-s0") == ["dd8b62e"]
+    assert commits.pop("additive-L256-imdb-s0") == ["e70aa6d"]
+    assert set(map(tuple, commits.values())) == {("2e31e89",)}
+    assert {name for name, job in jobs.items() if job.get("parallel_jobs") == 2} == set(jobs) - alone - {
+        "additive-L256-imdb-s0"}
+    text = section(REPO_ROOT / "docs" / "results.md", "### Long context: IMDB at word level")
+    for claim in ("n = 256 ran one job at a time on `945d2d7`/`dd8b62e`", "two at a time, one per core (`--jobs 2`), on "
+                  "`2e31e89`; `additive` on `e70aa6d`"):
+        assert claim in text, claim

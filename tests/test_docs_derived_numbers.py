@@ -245,6 +245,11 @@ def test_the_long_context_prose_is_its_published_csv():
         assert claim in text, claim
     rows = {(int(float(n)), a): r for (n, a), r in csv_rows("long_context.csv", ("data.max_length", "attention")).items()}
     l2, euclidean = (rows[(512, a)]["train_tok_s"] / rows[(512, "scaled_dot")]["train_tok_s"] for a in ("l2", "euclidean"))
+    additive, base = rows[(256, "additive")], rows[(256, "scaled_dot")]
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    assert (f"on IMDB reviews at n = 256 the gap is {additive['train_tok_s'] / base['train_tok_s']:.3f}× (additive's 2 "
+            f"epochs would take {additive['extrapolated_sec'] / 3600:.1f} h on one core, `scaled_dot`'s take "
+            f"{additive['steps_planned'] * base['sec_per_step'] / 60:.0f} min; one seed)") in readme
     misconceptions = section(REPO_ROOT / "docs" / "results.md", "### What the data says about three misconceptions")
     assert (f"trains at {l2:.2f}× on IMDB at n = 512 in `long_context` (above), where `euclidean` keeps "
             f"{euclidean:.2f}×") in misconceptions

@@ -163,10 +163,14 @@ class RunStats(pl.Callback):
         pending = self._restored
         peak = max(self._restored_peak, int(pending.get("peak_mem_bytes", 0)),
                    peak_memory_bytes(self._device) if self._device is not None else 0)
+        return {"world_size": self._world_size, "peak_mem_bytes": peak, **self._counters_with(pending, self._world_size)}
+
+    def _counters_with(self, restored: dict[str, Any], world_size: int) -> dict[str, Any]:
+        """This process's measured-step counters plus ``restored``'s, where both are one single-process run."""
         counters = {name: getattr(self, name) for name in self._MEASURED}
-        if pending.get("world_size") == self._world_size == 1:  # the rule of _count_on_from_checkpoint
-            counters = {name: value + type(value)(pending.get(name, 0)) for name, value in counters.items()}
-        return {"world_size": self._world_size, "peak_mem_bytes": peak, **counters}
+        if restored.get("world_size") == 1 and world_size == 1:
+            counters = {name: value + type(value)(restored.get(name, 0)) for name, value in counters.items()}
+        return counters
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already
@@ -177,9 +181,8 @@ class RunStats(pl.Callback):
         """Add the restored counters (once) to this process's, for a single-process run counted as one."""
         restored, self._restored = self._restored, {}
         self._restored_peak = max(self._restored_peak, int(restored.get("peak_mem_bytes", 0)))
-        if restored.get("world_size") == 1 and trainer.world_size == 1:
-            for name in self._MEASURED:
-                setattr(self, name, getattr(self, name) + type(getattr(self, name))(restored.get(name, 0)))
+        for name, value in self._counters_with(restored, trainer.world_size).items():
+            setattr(self, name, value)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._count_on_from_checkpoint(trainer)

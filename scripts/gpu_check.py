@@ -120,7 +120,7 @@ def plan(args: argparse.Namespace) -> list[Part]:
                                     "--out", f"{work}/bench"], 200, 120,
                           f"one attention call per score function, n = 64 ... {args.max_n}, bf16"))
     if "compare" in args.parts:
-        parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0",
+        parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0", "data=sst2,trec",
                                       f"trainer.max_steps={args.compare_steps}", "trainer.max_epochs=-1", *common,
                                       "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 270, 180,
                           f"7 score functions x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))

@@ -111,3 +111,22 @@ def test_documented_experiment_is_what_it_composes_to(hydra_configs, where, name
         check("tokenizer", {j["data"]["tokenizer"]["kind"] for j in jobs.values()},
               {"bytes" if "as bytes" in text else "wordpiece"})
     assert checked or not re.search(r"\d", text), f"{where}: no claim about experiment={name} was recognised in {text!r}"
+
+
+def test_per_dataset_lengths_keep_the_presets_where_results_were_published(hydra_configs):
+    """``max_length_by_data`` gives each dataset of an experiment its ``data.max_length``; for SST-2 and TREC, whose
+    compare results are published, it must be the preset's own length (the published jobs ran without it)."""
+    checked = 0
+    for path in sorted((REPO_ROOT / "conf" / "experiment").glob("*.yaml")):
+        grid, jobs = _composed(path.stem, [])
+        lengths = compose(config_name="train", overrides=[f"experiment={path.stem}"]).max_length_by_data
+        if lengths is None:
+            continue
+        assert set(jobs) <= set(lengths), f"{path.name}: max_length_by_data names {sorted(lengths)}, runs {sorted(jobs)}"
+        for data, job in jobs.items():
+            assert job["data"]["max_length"] == lengths[data]
+            checked += 1
+            if data in ("sst2", "trec"):
+                preset = compose(config_name="train", overrides=[f"data={data}"]).data.max_length
+                assert lengths[data] == preset, f"{path.name}: {data} at {lengths[data]} tokens, its preset {preset}"
+    assert checked >= 3

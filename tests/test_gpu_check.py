@@ -27,7 +27,7 @@ def test_dry_run_prints_the_expected_duration_and_every_command(tmp_path):
     assert first.startswith("GPU check: 5 parts, expected about 7.6 min") and "at most 12.9 min" in first
     assert "trainer=gpu trainer.precision=bf16-mixed" in proc.stdout
     assert "--device cuda --dtype bfloat16 --lengths 64,128,256,512,1024,2048,4096 " in proc.stdout
-    assert "experiment=compare seed=0 trainer.max_steps=200 trainer.max_epochs=-1" in proc.stdout
+    assert "experiment=compare seed=0 data=sst2,trec trainer.max_steps=200 trainer.max_epochs=-1" in proc.stdout
     assert not (tmp_path / "o").exists()  # a dry run writes nothing
 
 
@@ -60,7 +60,9 @@ def test_the_training_parts_compose_and_pass_the_config_checks():
     """The Hydra overrides of main_bf16 and compare name existing keys and pass the range checks."""
     parts = {p.name: p for p in gpu_check.plan(gpu_check.parse_args(["--out", "x"]))}
     for name in ("main_bf16", "compare"):
-        overrides = [a for a in parts[name].command[2:] if "=" in a and not a.startswith(("hydra.", "~"))]
+        # a sweep's list (data=sst2,trec) is the multirun's: one job of it is composed (data=trec below)
+        overrides = [a for a in parts[name].command[2:]
+                     if "=" in a and "," not in a and not a.startswith(("hydra.", "~"))]
         with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
             cfg = compose("train", overrides=[*overrides, "data=trec"])
         check_run_config(cfg)

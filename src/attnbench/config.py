@@ -122,6 +122,8 @@ class RunConfig:
     optimized_metric: Optional[str] = "val/acc_best"  # the metric returned to Hydra sweepers
     run_name: str = MISSING
     budget: Optional[dict[str, int]] = None  # an experiment's per-dataset step or epoch budget
+    # an experiment's per-dataset data.max_length (tokens), as ``data.max_length: ${max_length_by_data.${data.name}}``
+    max_length_by_data: Optional[dict[str, int]] = None
     # when trainer.max_time stopped the fit before its budget: test on this many batches only (enough for the
     # inference rate; an unfinished run's accuracy is not reported), or null: the whole test split
     test_batches_if_stopped: Optional[int] = None

@@ -172,7 +172,8 @@ IRRELEVANT_KEYS = (
     # (stopped_by, train/steps_done; test/samples for test_batches_if_stopped) and a finished one is the same run
     # under any cap; an experiment's budget.<dataset> reaches the run as trainer.max_epochs / max_steps. As
     # settings they split runs of one variant into groups (jobs from before such a key existed lack it).
-    "trainer.max_time", "test_batches_if_stopped", "budget",
+    # max_length_by_data.<dataset> reaches the run as data.max_length, in the same way.
+    "trainer.max_time", "test_batches_if_stopped", "budget", "max_length_by_data",
 )
 # Config groups whose choice (``attention=additive``) names a setting; the others (logger, callbacks, hydra/*)
 # do not change what a run measures.

@@ -542,6 +542,21 @@ def merged_manifest(published: dict, current: dict, stages: list[str]) -> dict:
     return {**published, "jobs": dict(sorted(jobs.items())), "started": started}
 
 
+def broken_result_links(root: Path) -> list[tuple[str, str]]:
+    """``(page, link)`` of every Markdown link or image in ``root``'s README/docs pages that points into
+    ``docs/results/`` at a file that does not exist (a figure the published report did not draw)."""
+    import re
+
+    broken = []
+    for md in [*root.glob("*.md"), *(root / "docs").rglob("*.md")]:
+        for link in re.findall(r"\]\(([^)\s#]+)", md.read_text(encoding="utf-8")):
+            target = (md.parent / link).resolve()
+            if not link.startswith(("http:", "https:")) and (root / "docs" / "results").resolve() in target.parents \
+                    and not target.exists():
+                broken.append((str(md.relative_to(root)), link))
+    return broken
+
+
 def publish(stages: list[str], out: Path, device: str, started: float) -> list[Path]:
     """Publish the reports of ``stages`` (each ``<out>/<stage>/report/``, of every run in ``<out>/<stage>``) to
     ``docs/results/<device>/`` and rewrite the generated tables of README.md and docs/ from them, all or nothing.
@@ -558,7 +573,8 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
 
     Raises:
         PublishError: a stage has no report.csv, a table does not render (the renderer's message names the file
-            and what to change), or a file cannot be written; nothing under docs/ or README.md was changed.
+            and what to change), a page shows a figure of ``docs/results/`` the report did not draw, or a file
+            cannot be written; nothing under docs/ or README.md was changed.
     """
     import filecmp
     import tempfile
@@ -612,6 +628,13 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 md.write_text(tables.regenerate(md.read_text(encoding="utf-8"), stage_root), encoding="utf-8")
             except (ValueError, KeyError) as err:
                 raise PublishError(f"{md.relative_to(stage_root)}: a generated table does not render: {err}") from None
+        removed = [p for p in dict.fromkeys(removed) if not p.exists()]  # not written anew by this report
+        missing = broken_result_links(stage_root)
+        if missing:
+            raise PublishError(f"{missing[0][0]} shows {missing[0][1]}, which this report did not draw (its runs "
+                               "lack what the figure plots, e.g. training tokens/s of runs shorter than "
+                               "callbacks.run_stats.warmup_steps): publish a report that draws it, or remove the "
+                               "figure from the page")
         # every step succeeded: move the changed files into place (each by an atomic rename of a full copy)
         changed = []
         for staged in [*stage_root.glob("*.md"), *(stage_root / "docs").rglob("*")]:
@@ -630,7 +653,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
             raise PublishError(f"could not write {err.filename}: {err.strerror}") from None
         written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]
     for path in written:
-        print(f"published {path.relative_to(REPO_ROOT)}")
+        print(f"{'published' if path.exists() else 'removed'} {path.relative_to(REPO_ROOT)}")
     return written
 
 

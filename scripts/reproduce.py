@@ -308,6 +308,8 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
         total += sum(known) / n_jobs
         note = f"{fmt_duration(sum(known) / n_jobs)}" + (f" + {len(todo) - len(known)} job(s) unknown"
                                                          if len(todo) > len(known) else "")
+        if report_only:
+            note = "none run (--report-only)"
         print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} "
               f"{len(todo) - states.count('resume'):6d}   {note}")
     print("(jobs = done + resume + start; done: skipped, resume: from its last.ckpt, start: from the beginning)")

@@ -544,6 +544,24 @@ def merged_manifest(published: dict, current: dict, stages: list[str]) -> dict:
     return {**published, "jobs": dict(sorted(jobs.items())), "started": started}
 
 
+def unrecorded_runs(stages: list[str], out: Path, manifest: dict) -> list[str]:
+    """``<stage>/<run>`` of every run in a stage's ``report/jobs.csv`` (its ``dir`` column) that ``manifest`` (of
+    ``out``) has no record of: a run put into ``<out>/<stage>`` by hand, whose commit and command are unknown."""
+    import csv
+
+    missing = []
+    for stage in stages:
+        jobs_csv = out / stage / "report" / "jobs.csv"
+        if stage not in TRAIN_STAGES or not jobs_csv.is_file():
+            continue
+        with open(jobs_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                name = Path(row.get("dir") or row.get("job") or "").name
+                if name and f"{stage}/{name}" not in manifest.get("jobs", {}):
+                    missing.append(f"{stage}/{name}")
+    return missing
+
+
 def broken_result_links(root: Path) -> list[tuple[str, str]]:
     """``(page, link)`` of every Markdown link or image in ``root``'s README/docs pages that points into
     ``docs/results/`` at a file that does not exist (a figure the published report did not draw)."""
@@ -574,7 +592,8 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
         The files written or removed under the repository.
 
     Raises:
-        PublishError: a stage has no report.csv, a table does not render (the renderer's message names the file
+        PublishError: a stage has no report.csv, a run of the report has no record in ``<out>/manifest.json``
+            (:func:`unrecorded_runs`), a table does not render (the renderer's message names the file
             and what to change), a page shows a figure of ``docs/results/`` the report did not draw, or a file
             cannot be written; nothing under docs/ or README.md was changed.
     """
@@ -620,9 +639,16 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
             published.append(stage)
         if not published:
             raise PublishError(f"no stage of {', '.join(stages)} has results in {out}")
+        current = load_manifest(out)
+        unrecorded = unrecorded_runs(published, out, current)
+        if unrecorded:
+            raise PublishError(f"{len(unrecorded)} run(s) of the report have no record in {out / 'manifest.json'} "
+                               f"({', '.join(unrecorded[:3])}{', ...' if len(unrecorded) > 3 else ''}): the published "
+                               "manifest would not describe the published table; run them through "
+                               "scripts/reproduce.py (--grid) or move them out of the stage's folder")
         manifest_path = pub / "manifest.json"
         old_manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"jobs": {}}
-        manifest_path.write_text(json.dumps(merged_manifest(old_manifest, load_manifest(out), published),
+        manifest_path.write_text(json.dumps(merged_manifest(old_manifest, current, published),
                                             indent=1, sort_keys=True))
         tables = _readme_tables()
         for md in tables.markdown_files(stage_root):

@@ -414,6 +414,21 @@ def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finishe
     assert (out / "compare" / "report" / "report.csv").is_file()  # the report itself is written
 
 
+def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_path, monkeypatch):
+    """The published CSV and manifest describe the same jobs: a run put into <out>/compare by hand (no record of
+    its commit and command) refuses the publish, naming it."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    shutil.copytree(out / "compare" / "dot-trec-s0", out / "compare" / "by-hand")
+    repo = _fake_repo(tmp_path)
+    before = _snapshot(repo)
+    assert reproduce.report("compare", out)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    with pytest.raises(reproduce.PublishError, match=r"nothing published: 1 run\(s\) of the report have no record in "
+                                                      r".*manifest.json \(compare/by-hand\)"):
+        reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
+    assert _snapshot(repo) == before
+
+
 def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_path, monkeypatch, capsys):
     """When report.py fails, <stage>/report/ holds the previous report's files (or a mix): nothing is published
     and the exit status is 1."""

@@ -656,6 +656,8 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 md.write_text(tables.regenerate(md.read_text(encoding="utf-8"), stage_root), encoding="utf-8")
             except (ValueError, KeyError) as err:
                 raise PublishError(f"{md.relative_to(stage_root)}: a generated table does not render: {err}") from None
+        stale_prose = {str(md.relative_to(stage_root)): numbers for md in tables.markdown_files(stage_root)
+                       if (numbers := tables.unsourced_prose_numbers(md.read_text(encoding="utf-8")))}
         removed = [p for p in dict.fromkeys(removed) if not p.exists()]  # not written anew by this report
         missing = broken_result_links(stage_root)
         if missing:
@@ -682,6 +684,10 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
         written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]
     for path in written:
         print(f"{'published' if path.exists() else 'removed'} {path.relative_to(REPO_ROOT)}")
+    for page, numbers in stale_prose.items():  # the tables are right; the words around them are the author's
+        print(f"note: {page} quotes numbers in its prose that its generated tables no longer hold "
+              f"({', '.join(numbers[:5])}{', ...' if len(numbers) > 5 else ''}): update the prose "
+              "(python scripts/readme_tables.py --check lists them)")
     return written
 
 

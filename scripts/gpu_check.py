@@ -6,7 +6,9 @@ n = 4096 and a short compare, each part under its own timeout, so that one failu
     python scripts/gpu_check.py                      # run it (on the GPU machine); results in $OUT or --out
     python scripts/gpu_check.py --parts bench         # one part (env always runs first)
 
-Parts, in order (expected / timeout on an H200; expected figures are estimates, not yet measured):
+Parts, in order (expected / timeout on an H200; expected figures are estimates, not yet measured). The
+timeouts add up to at most ``--budget-s`` (540 s): the check fits one call of the device tool (600 s at most per
+command) with a minute to spare.
 
 - ``env``: nvidia-smi, the torch/CUDA versions, and the Python packages the run needs. A machine without network
   (the project's lent H200) lacks hydra-core, omegaconf, antlr4, datasets and wandb; with ``--wheels DIR`` (wheels
@@ -41,8 +43,11 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # packages attnbench needs that the lent H200's image lacks (docs/results.md: GPU; /work/.library KINDS.md)
-# 15 minutes of device time per task, of which a machine's start and the transfers take about 2
-BUDGET_S = 780
+# the device tool runs at most 600 s per command, and a task has 15 minutes of device time in all, the
+# machine's start (minutes) included (/work/.library/device/README.md): the whole check is ONE command of at
+# most 540 s, leaving 60 s of the command's limit for Python's start, the copy of the results and a margin
+COMMAND_LIMIT_S = 600
+BUDGET_S = 540
 NEEDED_MODULES = ("torch", "pytorch_lightning", "hydra", "omegaconf", "datasets", "tokenizers", "torchmetrics",
                   "rich", "matplotlib", "pandas", "scipy", "wandb")
 
@@ -84,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--compare-steps must be >= 1, got {args.compare_steps}")
     if args.budget_s < 60:
         parser.error(f"--budget-s must be >= 60, got {args.budget_s}")
+    if args.budget_s > COMMAND_LIMIT_S - 30:
+        parser.error(f"--budget-s must be <= {COMMAND_LIMIT_S - 30}, got {args.budget_s}: the device tool stops a "
+                     f"command after {COMMAND_LIMIT_S} s, and the check must end (and write gpu_check.json) before")
     if args.max_n < 64:
         parser.error(f"--max-n must be >= 64, got {args.max_n}")
     if args.out is None:
@@ -109,25 +117,37 @@ def plan(args: argparse.Namespace) -> list[Part]:
     env_cmd += f"{py} -c \"{check}\""
     common = ["logger=csv", "trainer.enable_progress_bar=false"]
     lengths = ",".join(str(n) for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= args.max_n)
-    parts = [Part("env", ["bash", "-c", env_cmd], 60, 20, "GPU, torch/CUDA, missing packages (installs --wheels)")]
+    parts = [Part("env", ["bash", "-c", env_cmd], 45, 20, "GPU, torch/CUDA, missing packages (installs --wheels)")]
     if "main_bf16" in args.parts:
         parts.append(Part("main_bf16", [py, "train.py", "trainer=gpu", "trainer.precision=bf16-mixed", *common,
-                                        f"hydra.run.dir={work}/main_bf16"], 200, 120,
+                                        f"hydra.run.dir={work}/main_bf16"], 150, 100,
                           "the main job (SST-2, model=small, 3 epochs) in bf16"))
     if "bench" in args.parts:
         parts.append(Part("bench", [py, "scripts/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
                                     "--lengths", lengths, "--min-run-time", "0.05", "--no-wandb",
-                                    "--out", f"{work}/bench"], 200, 120,
+                                    "--out", f"{work}/bench"], 120, 80,
                           f"one attention call per score function, n = 64 ... {args.max_n}, bf16"))
     if "compare" in args.parts:
         parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0", "data=sst2,trec",
                                       f"trainer.max_steps={args.compare_steps}", "trainer.max_epochs=-1", *common,
-                                      "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 270, 180,
+                                      "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 195, 150,
                           f"7 score functions x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))
         parts.append(Part("compare_report", [py, "scripts/report.py", f"{work}/compare", "--out",
-                                             f"{work}/compare_report", "--no-attention-maps"], 45, 15,
+                                             f"{work}/compare_report", "--no-attention-maps"], 30, 15,
                           "the compare report (table, Δ to scaled_dot)"))
     return parts
+
+
+def wheels_line(args: argparse.Namespace) -> str:
+    """Whether the wheels for the packages the GPU machine lacks are there (a clean clone has no ``.whl/``:
+    pass it to the device tool with ``carry``)."""
+    if args.wheels is None:
+        return (f"wheels: none ({REPO_ROOT / '.whl'} is absent; a clean clone has none): a GPU machine without "
+                "hydra-core, omegaconf, antlr4, datasets and wandb fails at env; pass .whl/ (carry) or --wheels DIR")
+    found = sorted(p.name for p in Path(args.wheels).glob("*.whl")) if Path(args.wheels).is_dir() else []
+    if not found:
+        return f"wheels: {args.wheels} holds no .whl file: the env part installs nothing"
+    return f"wheels: {len(found)} in {args.wheels} (installed by the env part with pip --no-index)"
 
 
 def environment(args: argparse.Namespace) -> dict[str, str]:
@@ -197,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in parts:
         print(f"  {p.name:<15} expected {_human(p.expected_s):>8}, timeout {_human(p.timeout_s):>8}: {p.what}\n"
               f"  {'':<15} $ {' '.join(p.command)}", flush=True)
+    print(wheels_line(args), flush=True)
     if args.dry_run:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)

@@ -319,13 +319,65 @@ def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
     return sorted([*root.glob("*.md"), *(root / "docs").rglob("*.md")])
 
 
+#: the setting column each stage's table is organised by (the renderers' ``_by_setting`` key)
+STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_context": "data.max_length"}
+
+
+def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str]] | None, key: str,
+                       source: str) -> list[dict[str, str]]:
+    """``rows`` of a stage's report.csv with the setting column ``key`` filled in from its jobs.csv when the
+    report lacks it: ``scripts/report.py`` writes only the settings that vary between runs as columns, so a
+    report of one dataset (e.g. ``--grid data=sst2``) has no ``data`` column. The value every run of jobs.csv
+    shares (its column ``key``, the run's composed config) is the table's one setting.
+
+    Args:
+        rows: report.csv's rows (one per variant).
+        jobs_rows: ``<stage>_jobs.csv``'s rows (one per run), or ``None`` when that file does not exist.
+        key: the setting column (:data:`STAGE_SETTING`), e.g. ``data``.
+        source: the report.csv's path, named in the error.
+
+    Raises:
+        ValueError: the report lacks ``key`` and jobs.csv is missing, lacks it too, or holds more than one value
+            of it (then the report should have had the column: regenerate it with scripts/report.py).
+    """
+    if not rows or key in rows[0]:
+        return rows
+    jobs_path = source[:-len(".csv")] + "_jobs.csv"
+    values = sorted({r.get(key) or "" for r in jobs_rows or []} - {""})
+    if len(values) != 1:
+        found = "it is missing" if jobs_rows is None else (f"its {key!r} column holds {values}" if values
+                                                           else f"it has no {key!r} column")
+        raise ValueError(f"{source} has no {key!r} column and its one value cannot be taken from {jobs_path} "
+                         f"({found}): publish the stage's report.csv together with its jobs.csv "
+                         "(scripts/reproduce.py --publish copies both)")
+    return [{key: values[0], **row} for row in rows]
+
+
 def render(source: str, root: Path = REPO_ROOT) -> str:
-    """The table for ``source`` (a path relative to ``root``). Raises KeyError for a source with no renderer."""
+    """The table for ``source`` (a path relative to ``root``). A stage's report.csv without its setting column
+    (one dataset, one d_k, one length: report.py names only varying settings) takes it from the
+    ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`).
+
+    Raises:
+        KeyError: a source with no renderer.
+        ValueError: a report.csv the renderer cannot tabulate (a missing column, two rows of one variant);
+            the message names the file and what to change.
+    """
     if source not in RENDERERS:
         raise KeyError(f"no renderer for generated table source {source!r}; known: {sorted(RENDERERS)}")
     text = (root / source).read_text(encoding="utf-8")
     if source.endswith(".csv"):
-        return RENDERERS[source](list(csv.DictReader(io.StringIO(text))))
+        rows = list(csv.DictReader(io.StringIO(text)))
+        stage = Path(source).stem
+        if stage in STAGE_SETTING:
+            jobs = root / (source[:-len(".csv")] + "_jobs.csv")
+            jobs_rows = list(csv.DictReader(io.StringIO(jobs.read_text(encoding="utf-8")))) if jobs.is_file() \
+                else None
+            rows = fill_fixed_setting(rows, jobs_rows, STAGE_SETTING[stage], source)
+        try:
+            return RENDERERS[source](rows)
+        except ValueError as err:
+            raise ValueError(f"{source}: {err}") from None
     return RENDERERS[source](json.loads(text))
 
 

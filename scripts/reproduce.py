@@ -5,6 +5,7 @@
     python scripts/reproduce.py --device gpu                   # the same on a GPU (trainer=gpu, bf16)
     python scripts/reproduce.py --dry-run                      # the plan: jobs done / to run, expected duration
     python scripts/reproduce.py --stages compare --grid seed=0,1 --grid data=trec   # a part of a stage
+    python scripts/reproduce.py --stages compare --report-only --publish   # no job: report and publish the stage
 
 Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.yaml``, whose sweep grid
 ``hydra.sweeper.params`` is read from the config, so the yaml stays the one place a grid is defined):
@@ -23,15 +24,24 @@ A job whose ``metrics.json`` exists is done and skipped; one with ``checkpoints/
 (a job that failed before its first checkpoint) is started again. Interrupt it (Ctrl-C) at any time and run
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
-At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots),
-and with ``--publish``: the report tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run),
-figures and ``manifest.json`` copied to ``docs/results/<device>/`` and the generated
-README/docs tables rewritten (``scripts/readme_tables.py``). Every job's log is ``<out>/<stage>/logs/<run
+At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
+every run in ``<out>/<stage>`` (not only the part this command ran), and with ``--publish``: that report's
+tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run), figures and the stage's job records
+in ``manifest.json`` (merged: other stages' records are kept) go to ``docs/results/<device>/`` and the
+generated README/docs tables are rewritten (``scripts/readme_tables.py``), all or nothing: the files are
+staged and the tables rendered from them first; a failed report or a table that does not render changes
+nothing, prints one message and makes the exit status 1 (:func:`publish`). ``--report-only`` runs no job:
+only the reports (and ``--publish``) of the stages given. Every job's log is ``<out>/<stage>/logs/<run
 name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
 
-Expected duration: per job, the median wall time of the finished jobs of the same stage, score function
-and setting in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (its ``seconds`` were measured
-as whole jobs, its ``estimated`` were not: its ``notes`` say how they were derived), else unknown (said so). ``--write-estimates`` rewrites that file from ``<out>``.
+The plan's columns add up: ``jobs`` = ``done`` (skipped) + ``resume`` (from ``last.ckpt``) + ``start``.
+
+Expected duration: per job, the median wall time of the finished jobs of the same stage, score function,
+setting and ``--set`` overrides in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (its
+``seconds`` were measured as whole jobs, its ``estimated`` were not: its ``notes`` say how they were derived),
+else unknown (said so). A job with ``--set`` overrides that no finished job shares is estimated at the stage's
+own budget, and the plan says so (a ``--set trainer.max_steps=150`` part may take far less). ``--write-estimates``
+rewrites that file from ``<out>`` (jobs of the stages' own budgets only).
 """
 
 from __future__ import annotations
@@ -76,10 +86,19 @@ class Job:
         return self.run_dir.name
 
     @property
-    def estimate_key(self) -> str:
-        """``stage/attention/setting`` (seeds share an estimate): e.g. ``compare/additive/data=sst2``."""
+    def budget_key(self) -> str:
+        """``stage/attention/setting`` (seeds share an estimate): e.g. ``compare/additive/data=sst2``; the key of
+        a job with the stage's own budget (no ``--set``), as the shipped estimates are."""
         setting = ",".join(f"{k}={self.overrides[k]}" for k in SETTING_KEYS if k in self.overrides)
         return f"{self.stage}/{self.overrides.get('attention', 'scaled_dot')}/{setting}"
+
+    @property
+    def estimate_key(self) -> str:
+        """:attr:`budget_key`, followed by the job's ``--set`` overrides, sorted, when it has any (e.g.
+        ``compare/additive/data=sst2 --set trainer.max_steps=150``): a job with other settings than the stage's
+        is estimated only by finished jobs with the same ``--set``, and its time is never taken as the estimate
+        of the stage's own job."""
+        return self.budget_key + (" --set " + " ".join(sorted(self.extra)) if self.extra else "")
 
     def status(self) -> str:
         """``done`` (metrics.json), ``resume`` (checkpoints/last.ckpt), ``leftover`` (a dir without either) or
@@ -229,6 +248,17 @@ def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
     return table
 
 
+def job_estimate(job: Job, table: dict[str, float]) -> tuple[float | None, bool]:
+    """``(seconds, own)`` of ``job``: its :attr:`Job.estimate_key`'s estimate (``own`` True), else, for a job with
+    ``--set`` overrides, the stage's own budget's (:attr:`Job.budget_key`; ``own`` False: measured without the
+    overrides, so the job may take much less or more); ``(None, True)`` when neither is known."""
+    if job.estimate_key in table:
+        return table[job.estimate_key], True
+    if job.budget_key in table:
+        return table[job.budget_key], False
+    return None, True
+
+
 def measured_seconds(manifest: dict) -> dict[str, float]:
     """Median wall seconds of the jobs ``manifest`` saw run whole (not resumed), one at a time (``parallel_jobs``
     1) and undisturbed (the run's ``train/cpu_share``, where recorded, at least
@@ -251,11 +281,15 @@ def fmt_duration(seconds: float) -> str:
     return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
 
 
-def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path, n_jobs: int = 1) -> float:
-    """Print the jobs per stage (done / to resume / to run) and the expected duration; return it in seconds.
-    With ``n_jobs`` > 1 the training stages' sum is divided by it (the cost benchmarks run alone)."""
-    total, unknown = 0.0, 0
-    print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'to run':>6}   expected")
+def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path, n_jobs: int = 1,
+               report_only: bool = False) -> float:
+    """Print the jobs per stage and the expected duration; return it in seconds. The columns add up: ``jobs`` =
+    ``done`` (metrics.json, skipped) + ``resume`` (from checkpoints/last.ckpt) + ``start`` (from the beginning).
+    With ``n_jobs`` > 1 the training stages' sum is divided by it (the cost benchmarks run alone). A job with
+    ``--set`` overrides and no finished job of the same overrides is estimated at the stage's own budget, and the
+    plan says so. ``report_only``: nothing runs (``--report-only``), the expected duration is 0."""
+    total, unknown, budget_only = 0.0, 0, 0
+    print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'start':>6}   expected")
     for stage in stages:
         mine = [j for j in jobs if j.stage == stage]
         if stage == "cost":
@@ -267,17 +301,29 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
             continue
         states = [j.status() for j in mine]
         todo = [j for j, s in zip(mine, states) if s != "done"]
-        known = [table[j.estimate_key] for j in todo if j.estimate_key in table]
+        found = [job_estimate(j, table) for j in todo]
+        known = [sec for sec, _ in found if sec is not None]
+        budget_only += sum(sec is not None and not own for sec, own in found)
         unknown += len(todo) - len(known)
         total += sum(known) / n_jobs
         note = f"{fmt_duration(sum(known) / n_jobs)}" + (f" + {len(todo) - len(known)} job(s) unknown"
                                                          if len(todo) > len(known) else "")
-        print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} {len(todo):6d}"
-              f"   {note}")
+        if report_only:
+            note = "none run (--report-only)"
+        print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} "
+              f"{len(todo) - states.count('resume'):6d}   {note}")
+    print("(jobs = done + resume + start; done: skipped, resume: from its last.ckpt, start: from the beginning)")
+    if report_only:
+        print("expected duration: 0 min 00 s (--report-only: no job runs; the reports cover the finished jobs)")
+        return 0.0
     print(f"expected duration: {fmt_duration(total)}" + (f" plus {unknown} job(s) without an estimate"
                                                           if unknown else "")
           + " (resumed jobs counted in full" + (f"; {n_jobs} training jobs at once, each estimate measured "
                                                  "one at a time" if n_jobs > 1 else "") + ")")
+    if budget_only:
+        extra = sorted({" ".join(j.extra) for j in jobs if j.extra})
+        print(f"note: {budget_only} job(s) estimated at their stage's own budget: no finished job with the same "
+              f"--set ({'; '.join(extra)}) in {out}, so they may take much less or much more")
     return total
 
 
@@ -386,8 +432,9 @@ def run_jobs(todo: list[Job], groups: list[set[int] | None], device: str, manife
                 progress["next"] += 1
                 i = progress["next"]
                 rest = todo[i - 1:]
-                left = sum(progress["table"].get(j.estimate_key, 0.0) for j in rest) / n_jobs
-                unknown = sum(j.estimate_key not in progress["table"] for j in rest)
+                found = [job_estimate(j, progress["table"])[0] for j in rest]
+                left = sum(sec or 0.0 for sec in found) / n_jobs
+                unknown = sum(sec is None for sec in found)
                 print(f"[{i}/{len(todo)}] {job.stage}/{job.name} ({job.status()})"
                       + (f" on CPUs {','.join(map(str, sorted(cpus)))}" if cpus is not None else "")
                       + f"; elapsed {fmt_duration(time.monotonic() - started)}, about {fmt_duration(left)} left"
@@ -454,27 +501,194 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
     return ok
 
 
-def report(stage: str, out: Path, device: str, publish: bool) -> bool:
+def report(stage: str, out: Path) -> bool:
+    """``scripts/report.py`` on ``<out>/<stage>`` into ``<out>/<stage>/report/``; True when it succeeded (or the
+    stage has no runs dir: nothing to report)."""
     stage_dir = out / stage
     if not stage_dir.is_dir():
         return True
-    dest = stage_dir / "report"
-    started = time.time() - 2.0  # 2 s: filesystems that keep whole (FAT: even) seconds of mtime
     rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
-                         str(dest)], cwd=REPO_ROOT).returncode
-    # a failed report.py leaves the previous report's files (or a mix): never published as the new results
-    if publish and rc == 0 and (dest / "report.csv").is_file():
-        pub = REPO_ROOT / "docs" / "results" / device
-        pub.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
-        if (dest / "jobs.csv").is_file():  # one row per run: what the per-run figures of the Results come from
-            shutil.copyfile(dest / "jobs.csv", pub / f"{stage}_jobs.csv")
-        for png in dest.glob("*.png"):
-            if png.stat().st_mtime < started:  # an earlier report's plot this one did not draw (a sweep it lacks)
-                continue
-            if not png.name.startswith("attention_maps"):  # the maps stay in the report: one per setting and seed
-                shutil.copyfile(png, pub / f"{stage}_{png.name}")
+                         str(stage_dir / "report")], cwd=REPO_ROOT).returncode
     return rc == 0
+
+
+class PublishError(SystemExit):
+    """Publishing refused: nothing under docs/ was changed. Printed as one message, exit status 1."""
+
+    def __init__(self, message: str):
+        super().__init__(f"--publish: nothing published: {message}")
+
+
+def _readme_tables():
+    """scripts/readme_tables.py as a module (it renders the generated tables)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "scripts" / "readme_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def merged_manifest(published: dict, current: dict, stages: list[str]) -> dict:
+    """The published manifest with the records of ``stages`` replaced by ``current``'s (``<out>``'s): every
+    other stage's job records are kept, and a published stage's records are exactly the jobs of ``<out>`` for
+    it (the jobs its CSV reports), none of an earlier publication left beside them. ``started`` keeps the
+    published entries and adds ``current``'s not yet in it."""
+    def in_stages(key: str) -> bool:
+        return key.split("/", 1)[0] in stages
+
+    jobs = {k: v for k, v in published.get("jobs", {}).items() if not in_stages(k)}
+    jobs.update({k: v for k, v in current.get("jobs", {}).items() if in_stages(k)})
+    started = list(published.get("started", []))
+    started += [s for s in current.get("started", []) if s not in started]
+    return {**published, "jobs": dict(sorted(jobs.items())), "started": started}
+
+
+def unrecorded_runs(stages: list[str], out: Path, manifest: dict) -> list[str]:
+    """``<stage>/<run>`` of every run in a stage's ``report/jobs.csv`` (its ``dir`` column) that ``manifest`` (of
+    ``out``) has no record of: a run put into ``<out>/<stage>`` by hand, whose commit and command are unknown."""
+    import csv
+
+    missing = []
+    for stage in stages:
+        jobs_csv = out / stage / "report" / "jobs.csv"
+        if stage not in TRAIN_STAGES or not jobs_csv.is_file():
+            continue
+        with open(jobs_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                name = Path(row.get("dir") or row.get("job") or "").name
+                if name and f"{stage}/{name}" not in manifest.get("jobs", {}):
+                    missing.append(f"{stage}/{name}")
+    return missing
+
+
+def broken_result_links(root: Path) -> list[tuple[str, str]]:
+    """``(page, link)`` of every Markdown link or image in ``root``'s README/docs pages that points into
+    ``docs/results/`` at a file that does not exist (a figure the published report did not draw)."""
+    import re
+
+    broken = []
+    for md in [*root.glob("*.md"), *(root / "docs").rglob("*.md")]:
+        for link in re.findall(r"\]\(([^)\s#]+)", md.read_text(encoding="utf-8")):
+            target = (md.parent / link).resolve()
+            if not link.startswith(("http:", "https:")) and (root / "docs" / "results").resolve() in target.parents \
+                    and not target.exists():
+                broken.append((str(md.relative_to(root)), link))
+    return broken
+
+
+def publish(stages: list[str], out: Path, device: str, started: float) -> list[Path]:
+    """Publish the reports of ``stages`` (each ``<out>/<stage>/report/``, of every run in ``<out>/<stage>``) to
+    ``docs/results/<device>/`` and rewrite the generated tables of README.md and docs/ from them, all or nothing.
+
+    Every file is first written to a staging copy of README.md and docs/: the stage's ``<stage>.csv``
+    (report.csv), ``<stage>_jobs.csv`` (jobs.csv, one row per run), the plots the report drew (``started``: the
+    report's start, ``time.time()``; the stage's other published plots are removed: they would be an earlier
+    report's), ``train_throughput.json`` (the ``cost`` stage), and ``manifest.json`` merged per stage
+    (:func:`merged_manifest`). The tables are rendered from the staged files (``scripts/readme_tables.py``);
+    only when every step succeeded are the changed files moved into place.
+
+    Returns:
+        The files written or removed under the repository.
+
+    Raises:
+        PublishError: a stage has no report.csv, a run of the report has no record in ``<out>/manifest.json``
+            (:func:`unrecorded_runs`), a table does not render (the renderer's message names the file
+            and what to change), a page shows a figure of ``docs/results/`` the report did not draw, or a file
+            cannot be written; nothing under docs/ or README.md was changed.
+    """
+    import filecmp
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="attnbench-publish-") as tmp:
+        stage_root = Path(tmp)
+        for md in REPO_ROOT.glob("*.md"):
+            shutil.copyfile(md, stage_root / md.name)
+        shutil.copytree(REPO_ROOT / "docs", stage_root / "docs", ignore=shutil.ignore_patterns(".publish*"))
+        pub = stage_root / "docs" / "results" / device
+        pub.mkdir(parents=True, exist_ok=True)
+        removed: list[Path] = []
+        published: list[str] = []
+        for stage in stages:
+            if stage == "cost":
+                throughput = out / "cost" / COST_RESULTS["train_throughput"]
+                if throughput.is_file():
+                    shutil.copyfile(throughput, pub / "train_throughput.json")
+                    published.append(stage)
+                continue
+            if not (out / stage).is_dir():
+                continue
+            dest = out / stage / "report"
+            if not (dest / "report.csv").is_file():
+                raise PublishError(f"{dest / 'report.csv'} does not exist (scripts/report.py wrote no table of "
+                                   f"{out / stage}); see its output above")
+            shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
+            jobs_csv = pub / f"{stage}_jobs.csv"
+            if (dest / "jobs.csv").is_file():
+                shutil.copyfile(dest / "jobs.csv", jobs_csv)
+            elif jobs_csv.is_file():  # an earlier publication's runs: not this report's
+                jobs_csv.unlink()
+                removed.append(jobs_csv)
+            for old in pub.glob(f"{stage}_*.png"):
+                old.unlink()
+                removed.append(old)
+            for png in dest.glob("*.png"):
+                # an earlier report's plot this one did not draw (a sweep it lacks); the maps stay in the report
+                if png.stat().st_mtime >= started and not png.name.startswith("attention_maps"):
+                    shutil.copyfile(png, pub / f"{stage}_{png.name}")
+            published.append(stage)
+        if not published:
+            raise PublishError(f"no stage of {', '.join(stages)} has results in {out}")
+        current = load_manifest(out)
+        unrecorded = unrecorded_runs(published, out, current)
+        if unrecorded:
+            raise PublishError(f"{len(unrecorded)} run(s) of the report have no record in {out / 'manifest.json'} "
+                               f"({', '.join(unrecorded[:3])}{', ...' if len(unrecorded) > 3 else ''}): the published "
+                               "manifest would not describe the published table; run them through "
+                               "scripts/reproduce.py (--grid) or move them out of the stage's folder")
+        manifest_path = pub / "manifest.json"
+        old_manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"jobs": {}}
+        manifest_path.write_text(json.dumps(merged_manifest(old_manifest, current, published),
+                                            indent=1, sort_keys=True))
+        tables = _readme_tables()
+        for md in tables.markdown_files(stage_root):
+            try:
+                md.write_text(tables.regenerate(md.read_text(encoding="utf-8"), stage_root), encoding="utf-8")
+            except (ValueError, KeyError) as err:
+                raise PublishError(f"{md.relative_to(stage_root)}: a generated table does not render: {err}") from None
+        stale_prose = {str(md.relative_to(stage_root)): numbers for md in tables.markdown_files(stage_root)
+                       if (numbers := tables.unsourced_prose_numbers(md.read_text(encoding="utf-8")))}
+        removed = [p for p in dict.fromkeys(removed) if not p.exists()]  # not written anew by this report
+        missing = broken_result_links(stage_root)
+        if missing:
+            raise PublishError(f"{missing[0][0]} shows {missing[0][1]}, which this report did not draw (its runs "
+                               "lack what the figure plots, e.g. training tokens/s of runs shorter than "
+                               "callbacks.run_stats.warmup_steps): publish a report that draws it, or remove the "
+                               "figure from the page")
+        # every step succeeded: move the changed files into place (each by an atomic rename of a full copy)
+        changed = []
+        for staged in [*stage_root.glob("*.md"), *(stage_root / "docs").rglob("*")]:
+            target = REPO_ROOT / staged.relative_to(stage_root)
+            if staged.is_file() and not (target.is_file() and filecmp.cmp(staged, target, shallow=False)):
+                changed.append((staged, target))
+        try:
+            for staged, target in changed:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp_target = target.with_name(f".{target.name}.publish-tmp")
+                shutil.copyfile(staged, tmp_target)
+                tmp_target.replace(target)
+            for path in removed:
+                (REPO_ROOT / path.relative_to(stage_root)).unlink(missing_ok=True)
+        except OSError as err:
+            raise PublishError(f"could not write {err.filename}: {err.strerror}") from None
+        written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]
+    for path in written:
+        print(f"{'published' if path.exists() else 'removed'} {path.relative_to(REPO_ROOT)}")
+    for page, numbers in stale_prose.items():  # the tables are right; the words around them are the author's
+        print(f"note: {page} quotes numbers in its prose that its generated tables no longer hold "
+              f"({', '.join(numbers[:5])}{', ...' if len(numbers) > 5 else ''}): update the prose "
+              "(python scripts/readme_tables.py --check lists them)")
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -493,6 +707,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(with as many torch threads); on a 2-core machine --jobs 2 runs two one-core jobs")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and expected duration only")
     parser.add_argument("--no-report", action="store_true", help="skip the reports at the end")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run no job: write the reports of the stages given (of every finished run in "
+                             "<out>/<stage>) and, with --publish, publish them")
     parser.add_argument("--publish", action="store_true",
                         help="copy the report tables (<stage>.csv, <stage>_jobs.csv: one row per run) and figures "
                              "to docs/results/<device>/ and regenerate the "
@@ -502,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs: at least 1, got {args.jobs}")
+    if args.report_only and args.no_report:
+        parser.error("--report-only and --no-report: choose one (--report-only runs no job, only the reports)")
     groups = cpu_groups(args.jobs)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
@@ -516,11 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     table = estimates(args.device, out, manifest)
     commit = git_commit()
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
-    print_plan(jobs, table, stages, out, args.jobs)
+    print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}
-        seconds = {**old.get("seconds", {}), **measured_seconds(manifest)}
+        own = {k: v for k, v in measured_seconds(manifest).items() if " --set " not in k}  # the stages' budgets
+        seconds = {**old.get("seconds", {}), **own}
         estimated = {k: v for k, v in old.get("estimated", {}).items() if k not in seconds}
         path.write_text(json.dumps({**old, "machine": os.uname().nodename, "commit": commit,
                                     "seconds": dict(sorted(seconds.items())), "estimated": estimated},
@@ -528,28 +748,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     if args.dry_run or args.write_estimates:
         return 0
-    manifest.setdefault("started", []).append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
-                                               "argv": sys.argv[1:]})
-    save_manifest(out, manifest)
-    todo = [j for j in jobs if j.status() != "done"]
     started = time.monotonic()
-    failed: list = run_jobs(todo, groups, args.device, manifest, out, commit, table)
-    if "cost" in stages and not run_cost(args.device, out, manifest, commit):
-        failed.append("cost")
+    failed: list = []
+    if not args.report_only:
+        manifest.setdefault("started", []).append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
+                                                   "argv": sys.argv[1:]})
+        save_manifest(out, manifest)
+        todo = [j for j in jobs if j.status() != "done"]
+        failed += run_jobs(todo, groups, args.device, manifest, out, commit, table)
+        if "cost" in stages and not run_cost(args.device, out, manifest, commit):
+            failed.append("cost")
     if not args.no_report:
-        for stage in stages:
-            if stage in TRAIN_STAGES:
-                report(stage, out, args.device, args.publish)
-        if args.publish:
-            pub = REPO_ROOT / "docs" / "results" / args.device
-            pub.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out / "manifest.json", pub / "manifest.json")  # each job's commits, command, time
-            throughput = out / "cost" / COST_RESULTS["train_throughput"]
-            if "cost" in stages and throughput.is_file():
-                pub = REPO_ROOT / "docs" / "results" / args.device
-                pub.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(throughput, pub / "train_throughput.json")
-            subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "readme_tables.py")], cwd=REPO_ROOT)
+        report_started = time.time() - 2.0  # 2 s: filesystems that keep whole (FAT: even) seconds of mtime
+        bad = [stage for stage in stages if stage in TRAIN_STAGES and not report(stage, out)]
+        if bad:
+            failed += [f"report of {stage}" for stage in bad]
+            print(f"scripts/report.py failed for {', '.join(bad)} (its output is above)"
+                  + ("; nothing published" if args.publish else ""), flush=True)
+        elif args.publish:
+            try:
+                publish(stages, out, args.device, report_started)
+            except PublishError as err:
+                print(err.code, file=sys.stderr, flush=True)
+                failed.append("publish")
     print(f"finished in {fmt_duration(time.monotonic() - started)}; {len(failed)} failed")
     return 1 if failed else 0
 

@@ -174,6 +174,12 @@ MAPPED: dict[str, list[str]] = {
     "python scripts/reproduce.py": ["tests/test_reproduce.py::test_the_plan_is_the_experiments_grid_in_sweep_order",
                                     "tests/test_reproduce.py::test_runs_skips_resumes_reports_and_records",
                                     "tests/test_reproduce.py::test_a_failed_job_is_recorded_and_the_others_still_run"],
+    "python scripts/reproduce.py --stages compare --grid data=sst2 --publish": [
+        "tests/test_reproduce.py::test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest",
+        "tests/test_reproduce.py::test_a_publish_whose_table_does_not_render_changes_nothing_and_fails"],
+    "python scripts/reproduce.py --stages compare --report-only": [
+        "tests/test_reproduce.py::test_report_only_runs_no_job",
+        "tests/test_reproduce.py::test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest"],
     # mutation testing: the tests it runs per mutant (its flags are mutmut's: test_script_flags_are_in_its_help)
     "scripts/mutation.sh": ["tests/mutation/test_report_stats.py::test_mean_ci_two_values_by_hand"],
 }

@@ -200,3 +200,42 @@ def test_train_throughput_table_from_bench_train_json():
     assert "| `scaled_dot` | 6,000 | 5,000, 6,000 | 1.00 |" in table
     assert "| `additive` | 1,500 | 1,500, 1,400 | 0.25 |" in table  # 1500 / 6000
     assert tables.RENDERERS["docs/results/cpu/train_throughput.json"] is tables.render_train_throughput
+
+
+def test_a_report_of_one_dataset_takes_its_dataset_from_jobs_csv(tmp_path):
+    """`reproduce.py --stages compare --grid data=sst2 --publish`: report.py names only the settings that vary, so
+    the report of one dataset has no `data` column, and rendering it raised `ValueError: report.csv has no 'data'
+    column`. The one dataset every run of <stage>_jobs.csv shares is the table's; a jobs.csv that is missing or
+    holds several is refused with one message naming the file and what to do."""
+    rows = [r for r in _rows(COMPARE_CSV) if r["data"] == "sst2"]
+    without = [{k: v for k, v in r.items() if k != "data"} for r in rows]
+    pub = tmp_path / "docs" / "results" / "cpu"
+    pub.mkdir(parents=True)
+    import csv
+
+    with open(pub / "compare.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(without[0]))
+        writer.writeheader()
+        writer.writerows(without)
+    with pytest.raises(ValueError, match=r"docs/results/cpu/compare.csv has no 'data' column and its one value "
+                                         r"cannot be taken from docs/results/cpu/compare_jobs.csv \(it is missing\)"):
+        tables.render("docs/results/cpu/compare.csv", tmp_path)
+    (pub / "compare_jobs.csv").write_text("job,data,attention\nscaled_dot-sst2-s0,sst2,scaled_dot\n"
+                                          "additive-sst2-s0,sst2,additive\n")
+    # the same table as from a report with the column: every cell computed from the same numbers
+    assert tables.render("docs/results/cpu/compare.csv", tmp_path) == tables.render_compare(rows)
+    assert "| sst2 | `additive` | 5 | 0.7900 ± 0.0200 | [0.765, 0.815] |" in tables.render_compare(rows)
+    (pub / "compare_jobs.csv").write_text("job,data,attention\nscaled_dot-sst2-s0,sst2,scaled_dot\n"
+                                          "additive-trec-s0,trec,additive\n")
+    with pytest.raises(ValueError, match=r"its 'data' column holds \['sst2', 'trec'\]"):
+        tables.render("docs/results/cpu/compare.csv", tmp_path)
+    # another setting varying is named with the file (the replay's 2- and 3-epoch runs of one score function)
+    (pub / "compare_jobs.csv").write_text("job,data\na,sst2\n")
+    twice = [{**without[0], "trainer.max_epochs": "2"}, {**without[0], "trainer.max_epochs": "3"}]
+    with open(pub / "compare.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(twice[0]))
+        writer.writeheader()
+        writer.writerows(twice)
+    with pytest.raises(ValueError, match=r"^docs/results/cpu/compare.csv: two rows for data=sst2, "
+                                         r"attention=scaled_dot: another setting varies \(trainer.max_epochs\)"):
+        tables.render("docs/results/cpu/compare.csv", tmp_path)

@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,38 +299,241 @@ def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_
     again.close()
 
 
-def test_publish_copies_nothing_from_a_report_that_failed(tmp_path, monkeypatch):
-    """--publish copies <stage>/report/{report.csv, jobs.csv, *.png} to docs/results/<device>/. When report.py
-    fails, those files are the previous report's (or a mix of old and new): before, they were published all the
-    same, as if they were the new results (a stale <stage>.csv beside a <stage>_jobs.csv of other runs). Now a
-    failed report publishes nothing and the step fails; a report that succeeded is published, with the plots it
-    drew (not an earlier report's plot of a sweep this one lacks)."""
-    out, repo = tmp_path / "results", tmp_path / "repo"
-    dest = out / "compare" / "report"
-    dest.mkdir(parents=True)
-    for name, text in (("report.csv", "old variants\n"), ("jobs.csv", "old jobs\n"), ("pareto.png", "old")):
-        (dest / name).write_text(text)
+# --------------------------------------------------------------------------- publishing: all or nothing
+
+_TINY = ["--grid", "seed=0", "--grid", "data=trec", "--set", "trainer.max_steps=4", "--set", "trainer.max_epochs=2",
+         "--set", "data.max_train_samples=64", "--set", "data.max_eval_samples=32", "--set", "logger=csv",
+         "--set", "trainer.enable_progress_bar=false", "--set", "callbacks.run_stats.warmup_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory, data_dir, cache_dir):
+    """Real tiny runs of the compare stage on one dataset (TREC), as `--grid data=trec` leaves them: `one` holds
+    dot and scaled_dot (seed 0, 2 epochs); `mixed` holds those and scaled_dot seed 1 run with 3 epochs, so its
+    report has two rows of (trec, scaled_dot) that differ in trainer.max_epochs (the replay's mix)."""
+    root = tmp_path_factory.mktemp("finished")
+    env = train_env(data_dir, cache_dir)
+
+    def run(out, *args):
+        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages",
+               "compare", *_TINY, "--no-report", *args]
+        done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    run(root / "one", "--grid", "attention=dot,scaled_dot")
+    shutil.copytree(root / "one", root / "mixed")
+    run(root / "mixed", "--grid", "attention=scaled_dot", "--grid", "seed=1", "--set", "trainer.max_epochs=3")
+    return root
+
+
+_PARETO_FIGURE = "![accuracy vs training tokens/s](results/cpu/compare_pareto.png)\n"
+
+
+def _fake_repo(tmp_path, figure: bool = False):
+    """A copy of the repository's published side (README.md, docs/) with the code linked in: publishing into it
+    leaves the real docs alone. Without ``figure`` the page does not show compare's pareto plot: the tiny runs'
+    report draws it only when their tokens/s count (runs on a busy machine are left out as disturbed)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for md in REPO_ROOT.glob("*.md"):
+        shutil.copyfile(md, repo / md.name)
+    shutil.copytree(REPO_ROOT / "docs", repo / "docs")
+    results = repo / "docs" / "results.md"
+    assert _PARETO_FIGURE in results.read_text()
+    if not figure:
+        results.write_text(results.read_text().replace(_PARETO_FIGURE, ""))
+    for name in ("conf", "scripts", "src", "train.py"):
+        (repo / name).symlink_to(REPO_ROOT / name)
+    return repo
+
+
+def _snapshot(repo):
+    """Every published file's bytes (README.md and docs/)."""
+    files = [*repo.glob("*.md"), *(p for p in (repo / "docs").rglob("*") if p.is_file())]
+    return {str(p.relative_to(repo)): p.read_bytes() for p in files}
+
+
+def _copy_out(finished_runs, name, tmp_path):
+    out = tmp_path / name
+    shutil.copytree(finished_runs / name, out)
+    return out
+
+
+def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finished_runs, tmp_path, monkeypatch,
+                                                                         capsys):
+    """The replay: `--stages compare --grid data=sst2 --publish` of one dataset. report.csv then has no `data`
+    column (report.py names only the settings that vary), readme_tables raised `ValueError: report.csv has no
+    'data' column`, reproduce.py exited 0 anyway, after it had overwritten compare.csv and replaced the whole
+    manifest.json (158 jobs -> 5). Now the table takes the one dataset from jobs.csv, and the published manifest
+    keeps the other stages' records: compare's are exactly the runs the CSV reports."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    repo = _fake_repo(tmp_path)
+    before = json.loads((repo / "docs" / "results" / "cpu" / "manifest.json").read_text())["jobs"]
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot",
+                           "--report-only", "--publish"]) == 0
+    pub = repo / "docs" / "results" / "cpu"
+    report = out / "compare" / "report"
+    assert (pub / "compare.csv").read_bytes() == (report / "report.csv").read_bytes()
+    assert (pub / "compare_jobs.csv").read_bytes() == (report / "jobs.csv").read_bytes()
+    assert "data" not in (pub / "compare.csv").read_text().splitlines()[0].split(",")  # one dataset: no column
+    after = json.loads((pub / "manifest.json").read_text())["jobs"]
+    ours = json.loads((out / "manifest.json").read_text())["jobs"]
+    assert sorted(k for k in after if k.startswith("compare/")) == ["compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]
+    assert {k: after[k] for k in after if k.startswith("compare/")} == ours
+    others = {k: v for k, v in before.items() if not k.startswith("compare/")}
+    assert len(others) == 88 and {k: after[k] for k in others} == others  # head_dim_sweep 75 + long_context 13
+    # the table in docs/results.md is rendered from the published CSV: TREC's rows with the runs' accuracies
+    page = (repo / "docs" / "results.md").read_text()
+    block = page.split("<!-- generated: docs/results/cpu/compare.csv -->\n", 1)[1].split("<!-- end generated -->")[0]
+    for attention in ("dot", "scaled_dot"):
+        acc = json.loads((out / "compare" / f"{attention}-trec-s0" / "metrics.json").read_text())["test/acc"]
+        assert f"| trec | `{attention}` | 1 | {acc:.4f} | 1 seed, no interval |" in block
+    assert len([line for line in block.splitlines() if line.startswith("| trec |")]) == 2
+    tables_check = subprocess.run([sys.executable, str(repo / "scripts" / "readme_tables.py"), "--check", "--root",
+                                   str(repo)], capture_output=True, text=True, timeout=120)
+    assert "compare.csv" not in tables_check.stdout  # the published table matches its source
+    printed = capsys.readouterr().out
+    assert "published docs/results/cpu/compare.csv" in printed and "published docs/results.md" in printed
+    # the page's prose quoted the 105-job table's numbers: said, not hidden (the tables themselves are right)
+    assert "note: docs/results.md quotes numbers in its prose that its generated tables no longer hold" in printed
+
+
+def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finished_runs, tmp_path, monkeypatch,
+                                                                        capsys):
+    """A report whose table cannot be rendered (two rows of trec/scaled_dot: 2 and 3 epochs) publishes nothing:
+    every file under docs/ and README.md keeps its bytes, one message says why, the exit status is 1."""
+    out = _copy_out(finished_runs, "mixed", tmp_path)
+    repo = _fake_repo(tmp_path)
+    before = _snapshot(repo)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=scaled_dot",
+                           "--report-only", "--publish"]) == 1
+    assert _snapshot(repo) == before
+    err = capsys.readouterr().err
+    assert "--publish: nothing published: docs/results.md: a generated table does not render: " in err
+    assert "two rows for data=trec, attention=scaled_dot: another setting varies (trainer.max_epochs" in err
+    assert (out / "compare" / "report" / "report.csv").is_file()  # the report itself is written
+
+
+def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_path, monkeypatch):
+    """The published CSV and manifest describe the same jobs: a run put into <out>/compare by hand (no record of
+    its commit and command) refuses the publish, naming it."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    shutil.copytree(out / "compare" / "dot-trec-s0", out / "compare" / "by-hand")
+    repo = _fake_repo(tmp_path)
+    before = _snapshot(repo)
+    assert reproduce.report("compare", out)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    with pytest.raises(reproduce.PublishError, match=r"nothing published: 1 run\(s\) of the report have no record in "
+                                                      r".*manifest.json \(compare/by-hand\)"):
+        reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
+    assert _snapshot(repo) == before
+
+
+def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_path, monkeypatch, capsys):
+    """When report.py fails, <stage>/report/ holds the previous report's files (or a mix): nothing is published
+    and the exit status is 1."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    repo = _fake_repo(tmp_path)
+    before = _snapshot(repo)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "report", lambda stage, out: False)
+    assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=dot",
+                           "--report-only", "--publish"]) == 1
+    assert _snapshot(repo) == before
+    assert "scripts/report.py failed for compare (its output is above); nothing published" in capsys.readouterr().out
+
+
+def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, monkeypatch):
+    """An earlier report's plot this report did not draw (a sweep it lacks) is neither published nor left
+    published beside the new table; a figure a page shows that the report did not draw refuses the publish."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    repo = _fake_repo(tmp_path, figure=True)
+    assert reproduce.report("compare", out)
+    (out / "compare" / "report" / "pareto.png").write_bytes(b"drawn by this report")  # whatever it drew or not
+    stale = out / "compare" / "report" / "seq_len.png"
+    stale.write_bytes(b"an earlier report's plot")
     import os
 
-    for old in dest.iterdir():
-        os.utime(old, (time.time() - 3600, time.time() - 3600))
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    (repo / "docs" / "results" / "cpu" / "compare_head_dim.png").write_bytes(b"published before")
     monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
+    pub = repo / "docs" / "results" / "cpu"
+    assert sorted(p.name for p in pub.glob("compare_*.png")) == ["compare_pareto.png"]
+    assert (pub / "compare_pareto.png").read_bytes() == b"drawn by this report"
+    # the report no longer draws pareto.png (an earlier one, left from before): docs/results.md shows it
+    os.utime(out / "compare" / "report" / "pareto.png", (time.time() - 3600, time.time() - 3600))
+    before = _snapshot(repo)
+    with pytest.raises(reproduce.PublishError, match=r"nothing published: docs/results.md shows "
+                                                      r"results/cpu/compare_pareto.png, which this report did not"):
+        reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
+    assert _snapshot(repo) == before
 
-    def report_py(*args, **kwargs):  # the second call succeeds and writes the tables and one plot anew
-        if not calls:
-            calls.append(1)
-            return SimpleNamespace(returncode=1)
-        for name, text in (("report.csv", "new variants\n"), ("jobs.csv", "new jobs\n"), ("seq_len.png", "new")):
-            (dest / name).write_text(text)
-        return SimpleNamespace(returncode=0)
 
-    calls: list[int] = []
-    monkeypatch.setattr(reproduce.subprocess, "run", report_py)
-    assert reproduce.report("compare", out, "cpu-test", publish=True) is False
-    assert not (repo / "docs" / "results" / "cpu-test").exists()
-    assert reproduce.report("compare", out, "cpu-test", publish=True) is True
-    published = repo / "docs" / "results" / "cpu-test"
-    assert (published / "compare.csv").read_text() == "new variants\n"
-    assert (published / "compare_jobs.csv").read_text() == "new jobs\n"
-    # only the plots this report drew: the earlier report's pareto.png is not passed off as this one's
-    assert sorted(p.name for p in published.glob("*.png")) == ["compare_seq_len.png"]
+def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
+    """--report-only: the plan's unfinished job (additive) is not started, the manifest is not touched, and the
+    report covers the finished runs."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    manifest = (out / "manifest.json").read_bytes()
+    logs = sorted(p.name for p in (out / "compare" / "logs").iterdir())
+    assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid",
+                           "attention=dot,scaled_dot,additive", "--report-only"]) == 0
+    printed = capsys.readouterr().out
+    assert "--report-only: no job runs" in printed and "(todo)" not in printed
+    row = next(line for line in printed.splitlines() if line.startswith("compare "))
+    assert row.split()[1:5] == ["3", "2", "0", "1"] and row.endswith("none run (--report-only)")
+    assert not (out / "compare" / "additive-trec-s0").exists()
+    assert sorted(p.name for p in (out / "compare" / "logs").iterdir()) == logs
+    assert (out / "manifest.json").read_bytes() == manifest
+    report_csv = (out / "compare" / "report" / "report.csv").read_text()
+    assert sorted(line.split(",")[0] for line in report_csv.splitlines()[1:]) == ["dot", "scaled_dot"]
+    with pytest.raises(SystemExit):
+        reproduce.main(["--out", str(out), "--report-only", "--no-report"])
+
+
+def test_the_plan_columns_add_up(tmp_path, capsys):
+    """`jobs 2, done 0, resume 1, to run 2` read as three jobs: the last column counted the resumed job too.
+    Now jobs = done + resume + start."""
+    names = ("done", "resume", "leftover", "todo")
+    jobs = [reproduce.Job("compare", {"attention": "dot", "seed": str(i)}, tmp_path / "compare" / f"dot-s{i}")
+            for i in range(4)]
+    (jobs[0].run_dir).mkdir(parents=True)
+    (jobs[0].run_dir / "metrics.json").write_text("{}")
+    (jobs[1].run_dir / "checkpoints").mkdir(parents=True)
+    (jobs[1].run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (jobs[2].run_dir).mkdir(parents=True)
+    assert [j.status() for j in jobs] == list(names)
+    total = reproduce.print_plan(jobs, {jobs[0].estimate_key: 10.0}, ["compare"], tmp_path)
+    assert total == 30.0  # three jobs to run (the resumed one counted in full)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["stage", "jobs", "done", "resume", "start", "expected"]
+    assert lines[1].split()[1:5] == ["4", "1", "1", "2"]  # 4 = 1 + 1 + 2
+
+
+def test_a_part_with_set_overrides_is_not_estimated_as_the_stages_job(tmp_path, capsys):
+    """The replay: a part with `--set trainer.max_steps=150` was planned with the full job's estimate (9 min
+    11 s planned, 1 min 14 s taken), and its 74 s then became the full job's estimate. Now the estimate is keyed
+    on the --set overrides: a finished job with the same overrides gives it; without one, the stage's own estimate
+    is used and the plan says so; a job with --set never estimates the stage's own job."""
+    extra = ["trainer.max_steps=150", "data.max_eval_samples=256"]
+    part = reproduce.Job("compare", {"attention": "scaled_dot", "data": "sst2", "seed": "4"},
+                         tmp_path / "compare" / "scaled_dot-sst2-s4", list(extra))
+    full = reproduce.Job("compare", {"attention": "scaled_dot", "data": "sst2", "seed": "4"},
+                         tmp_path / "full" / "scaled_dot-sst2-s4")
+    assert full.estimate_key == part.budget_key == "compare/scaled_dot/data=sst2"
+    assert part.estimate_key == "compare/scaled_dot/data=sst2 --set data.max_eval_samples=256 trainer.max_steps=150"
+    table = {full.estimate_key: 551.0}
+    assert reproduce.print_plan([part], table, ["compare"], tmp_path) == 551.0
+    printed = capsys.readouterr().out
+    assert "note: 1 job(s) estimated at their stage's own budget: no finished job with the same --set " \
+           "(trainer.max_steps=150 data.max_eval_samples=256)" in printed
+    # once a job with these overrides finished (74 s, as the replay's took), it estimates the part, not the stage
+    manifest = {"jobs": {"compare/scaled_dot-sst2-s3": {"estimate_key": part.estimate_key, "status": "done",
+                                                        "complete_run_seconds": 74.0}}}
+    table.update(reproduce.measured_seconds(manifest))
+    assert reproduce.job_estimate(part, table) == (74.0, True)
+    assert reproduce.job_estimate(full, table) == (551.0, True)
+    assert reproduce.print_plan([part], table, ["compare"], tmp_path) == 74.0
+    assert "note:" not in capsys.readouterr().out

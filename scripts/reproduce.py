@@ -368,7 +368,10 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = job.command(device)
     with LOCK:
-        entry = manifest["jobs"].setdefault(str(job.run_dir.relative_to(out)), {})
+        key = str(job.run_dir.relative_to(out))
+        if status in ("todo", "leftover"):  # a run from scratch: an earlier run's record (its commits, seconds,
+            manifest["jobs"].pop(key, None)  # status) would be read as this run's; a resume extends its own
+        entry = manifest["jobs"].setdefault(key, {})
         entry.update(estimate_key=job.estimate_key, overrides=job.overrides, command=" ".join(cmd[1:]),
                      parallel_jobs=parallel)
         entry.setdefault("commits", [])

@@ -162,6 +162,18 @@ def test_runs_skips_resumes_reports_and_records(tmp_path):
     assert resumed["test/acc"] == pytest.approx(metrics["dot-trec-s0"]["test/acc"], abs=0)  # the same best checkpoint
     assert "ckpt_path=last" in log.read_text()
 
+    # a run moved away (to be run again) starts from scratch: its record is the new run's, not the old one's
+    # extended (the old commits and seconds would be read as the new run's provenance and time)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["jobs"]["compare/scaled_dot-trec-s0"].update(commits=["0123456789ab"], seconds=9999.0)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    shutil.move(runs["scaled_dot-trec-s0"], tmp_path / "moved")
+    fourth = _reproduce(out, "--grid", "attention=scaled_dot", "--no-report")
+    assert fourth.returncode == 0, fourth.stdout
+    entry = json.loads((out / "manifest.json").read_text())["jobs"]["compare/scaled_dot-trec-s0"]
+    assert entry["commits"] == [commit] and entry["status"] == "done"
+    assert entry["seconds"] == entry["complete_run_seconds"] < 9999.0
+
 
 @pytest.mark.slow
 def test_a_failed_job_is_recorded_and_the_others_still_run(tmp_path):

@@ -189,3 +189,19 @@ def test_no_legend_warning_for_a_setting_without_rates():
         figs = report.figures(table, ["data", "attention"], {})
     axes = figs["pareto.png"].axes
     assert axes[0].get_legend() is not None and axes[1].get_legend() is None
+
+
+def test_every_figure_column_of_report_csv_is_known_to_readme_tables(tmp_path):
+    """readme_tables.py tells a report.csv's variant keys from its figures by FIGURE_COLUMNS: a figure column
+    summarise adds (n_inexact_resume, n_disturbed, ...) and the list lacks would be read as a setting that differs
+    between rows, splitting the published tables."""
+    spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "scripts" / "readme_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    jobs, swept, _ = report.read_runs([_runs(tmp_path)])
+    stopped = jobs.assign(stopped_by="max_time", **{"train/steps_done": 5, "train/steps_planned": 10,
+                                                    "diag/entropy_norm": 0.5, "perf/peak_mem_bytes": 2**20,
+                                                    "model/params": 10})
+    for frame in (jobs, stopped):
+        columns = set(summarise(frame, swept).columns) - {"attention", "data", "seed"}
+        assert columns <= tables.FIGURE_COLUMNS, sorted(columns - tables.FIGURE_COLUMNS)

@@ -435,12 +435,27 @@ def _wandb_stopped_by(summary: dict[str, Any], config: dict[str, Any]) -> str | 
     return None
 
 
+def _wandb_val_history(run: Any) -> dict[str, Any]:
+    """A W&B run's validation history (:func:`attnbench.report_stats.val_loss_epochs` of its logged ``epoch`` and
+    ``val/loss``, ``run.history(keys=...)``), as a run dir's ``csv/metrics.csv`` gives it; ``{}`` where the run has
+    no history or it cannot be read (the report stands without it)."""
+    history = getattr(run, "history", None)
+    if not callable(history):
+        return {}
+    try:
+        frame = history(keys=["epoch", "val/loss"], pandas=True)
+        return val_loss_epochs(pd.DataFrame(frame))
+    except Exception:  # noqa: BLE001 - a history the API cannot give: no columns, no failed report
+        return {}
+
+
 def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """Runs of a W&B project (optionally one group) through the public API, as :func:`read_job` records.
 
     Each run's settings are its run config (the resolved Hydra config train.py stores), flattened, with
     ``attention`` and ``data`` taken from ``attention.name`` and ``data.name``; its metrics are the numbers of
-    its summary. A run whose state is not ``finished`` counts as failed; one the wall-time cap stopped before its
+    its summary, and its validation history the ``val/*`` epoch columns (:func:`_wandb_val_history`). A run whose
+    state is not ``finished`` counts as failed; one the wall-time cap stopped before its
     budget is marked ``stopped_by`` as its ``metrics.json`` would be (:func:`_wandb_stopped_by`). Runs of ``job_type`` ``report``
     (summary runs written by ``--wandb``) are skipped.
 
@@ -477,6 +492,7 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
+        record.update(_wandb_val_history(run))
         if stopped_by := _wandb_stopped_by(dict(run.summary), config):
             record["stopped_by"] = stopped_by
         record["status"] = STATUS_OK if run.state == "finished" and ACC in summary else STATUS_FAILED

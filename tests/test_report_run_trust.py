@@ -205,3 +205,26 @@ def test_every_figure_column_of_report_csv_is_known_to_readme_tables(tmp_path):
     for frame in (jobs, stopped):
         columns = set(summarise(frame, swept).columns) - {"attention", "data", "seed"}
         assert columns <= tables.FIGURE_COLUMNS, sorted(columns - tables.FIGURE_COLUMNS)
+
+
+def test_the_val_loss_history_of_a_wandb_run():
+    """From W&B the history comes from ``run.history(keys=[...])`` (the rows that logged either key; a row without
+    val/loss is a training step): the same three columns as from a run dir's CSV log."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    def history(keys, pandas):
+        calls.append((tuple(keys), pandas))
+        return pd.DataFrame({"epoch": [0, 0, 1, 1, 2, 2], "val/loss": [None, 0.47, None, 0.44, None, 0.45]})
+
+    run = SimpleNamespace(history=history)
+    assert report._wandb_val_history(run) == {"val/epochs_validated": 3, "val/loss_lowest_epoch": 1,
+                                              "val/last_epoch": 2}
+    assert calls == [(("epoch", "val/loss"), True)]
+
+    def broken(keys, pandas):
+        raise ConnectionError("offline")
+
+    assert report._wandb_val_history(SimpleNamespace(history=broken)) == {}
+    assert report._wandb_val_history(SimpleNamespace()) == {}

@@ -570,9 +570,12 @@ def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     headers = ["job", *swept, "resumed in epoch", "batches done / per epoch", "batches replayed", "batches unseen"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for _, r in flagged.iterrows():
+        replayed = _fmt(r.get("resume/replayed_batches"), 0)
+        if replayed in ("0", "0.0"):  # inexact without a replay: a checkpoint without RNG states (not attnbench's)
+            replayed = "0 (checkpoint without RNG states: dropout and batch order differ)"
         cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("resume/epoch"), 0),
                  f"{_fmt(r.get('resume/batches_done'), 0)} / {_fmt(r.get('resume/batches_per_epoch'), 0)}",
-                 _fmt(r.get("resume/replayed_batches"), 0), _fmt(r.get("resume/unseen_batches"), 0)]
+                 replayed, _fmt(r.get("resume/unseen_batches"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -228,3 +228,17 @@ def test_the_val_loss_history_of_a_wandb_run():
 
     assert report._wandb_val_history(SimpleNamespace(history=broken)) == {}
     assert report._wandb_val_history(SimpleNamespace()) == {}
+
+
+def test_an_epoch_end_resume_without_rng_states_is_listed_as_inexact(tmp_path):
+    """ResumeState marks a resume from a checkpoint without its RNG states inexact even at an epoch end (dropout and
+    the batch order differ): listed, with nothing replayed and the reason said."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    _run(root, "scaled_dot-s0", "scaled_dot", 0, 0.80, {0: 0.45, 1: 0.41})
+    _run(root, "dot-s0", "dot", 0, 0.78, {0: 0.50, 1: 0.46},
+         resume={"epoch": 1, "batches_done": 0, "batches_per_epoch": 5, "exact": False})
+    jobs, swept, fixed = report.read_runs([root])
+    markdown = report.build_report(jobs, swept, "runs", tmp_path / "out", fixed=fixed)
+    assert ("| dot-s0 | dot | 1 | 0 / 5 | 0 (checkpoint without RNG states: dropout and batch order differ) | 0 |"
+            in markdown)

@@ -489,6 +489,8 @@ def jobs_claims() -> dict[str, list[str]]:
         return frame[frame["status"] == STATUS_OK]
 
     compare, sweep = jobs("compare"), jobs("head_dim_sweep")
+    for frame in (compare, sweep):  # "its last epoch" is the run's last (trainer.max_epochs), not a log cut short
+        assert ((frame["val/last_epoch"] + 1) == frame["trainer.max_epochs"].astype(float)).all()
     c = convergence_counts(compare)
     assert c["before_last"] == len(compare) and not inexact_resumes(compare).any()  # "each of the", "none"
     h = convergence_counts(sweep)

@@ -121,7 +121,7 @@ def render_batching_accuracy(data: dict) -> str:
 FIGURE_COLUMNS = frozenset({
     "n", "acc_mean", "acc_std", "acc_ci", "diff_mean", "diff_ci", "diff_n", "train_tok_s", "test_tok_s",
     "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
-    "n_stopped", "steps_done", "steps_planned", "extrapolated_sec", "n_disturbed",
+    "n_stopped", "steps_done", "steps_planned", "extrapolated_sec", "n_disturbed", "n_inexact_resume",
 })
 BASELINE = "scaled_dot"
 #: the order score functions are listed in (others follow in the CSV's order)

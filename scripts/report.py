@@ -67,8 +67,13 @@ from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci
     STATUS_MISSING,
     STATUS_OK,
     MIN_CPU_SHARE,
+    VAL_HISTORY_COLUMNS,
+    convergence_counts,
     disturbed_runs,
     flatten_config,
+    inexact_resumes,
+    resume_record,
+    val_loss_epochs,
     format_setting,
     headline,
     mean_ci,
@@ -100,10 +105,22 @@ def _parse_overrides(lines: Iterable[str]) -> dict[str, list[str]]:
         if key in IGNORED_KEYS:
             continue
         if override.is_sweep_override():
-            parsed[key] = [str(v) for v in override.sweep_string_iterator()]
+            texts = [str(v) for v in override.sweep_string_iterator()]
+            try:  # a choice sweep's values; other sweeps (range, interval) keep Hydra's text
+                values = list(override.sweep_iterator())
+            except Exception:  # noqa: BLE001
+                values = texts
+            parsed[key] = [_override_text(v, t) for v, t in zip(values, texts)] if len(values) == len(texts) else texts
         else:
-            parsed[key] = [override.get_value_element_as_str()]
+            parsed[key] = [_override_text(override.value(), override.get_value_element_as_str())]
     return parsed
+
+
+def _override_text(value: Any, text: str) -> str:
+    """An override's value as its config would read (:func:`attnbench.report_stats.format_setting`): Hydra writes a
+    bool override as ``True``/``False`` where the composed config reads ``true``/``false``; a run's overrides and
+    its config (and runs launched either way) must name one setting alike. Other values keep Hydra's text."""
+    return format_setting(value) if isinstance(value, bool) else text
 
 
 def expected_jobs(multirun_dir: Path) -> tuple[list[dict[str, str]], list[str]]:
@@ -164,6 +181,20 @@ def _last_csv_step(job_dir: Path) -> int | None:
     except (ValueError, pd.errors.EmptyDataError):
         return None
     return int(steps.max()) if len(steps) else None
+
+
+def _val_history(job_dir: Path) -> dict[str, Any]:
+    """The run's validation history from its ``csv/metrics.csv`` (:func:`attnbench.report_stats.val_loss_epochs`):
+    epochs validated, the epoch of the lowest ``val/loss``, the last validated epoch; ``{}`` without a readable
+    log or any ``val/loss`` in it."""
+    path = job_dir / "csv" / "metrics.csv"
+    if not path.is_file():
+        return {}
+    try:
+        history = pd.read_csv(path, usecols=lambda c: c in ("epoch", "val/loss"))
+    except (ValueError, pd.errors.EmptyDataError, OSError):
+        return {}
+    return val_loss_epochs(history)
 
 
 def _load_yaml(path: Path) -> Any:
@@ -243,7 +274,10 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     ``status`` is ``finished`` when ``metrics.json`` exists; otherwise
     ``failed`` when ``train.log`` has an ERROR line or the job left ``failure.json`` (the error in ``error``),
     and ``incomplete`` when it has neither (killed, or still running); both carry
-    ``last_step``, the last step in the CSV log. ``_settings`` holds the names
+    ``last_step``, the last step in the CSV log. Every job with a CSV log carries its validation history
+    (``val/epochs_validated``, ``val/loss_lowest_epoch``, ``val/last_epoch``: :func:`_val_history`); a resumed run
+    its ``resume`` record as the ``resume/*`` columns (:func:`attnbench.report_stats.resume_record`: exact or not,
+    batches replayed and unseen). ``_settings`` holds the names
     of the setting columns, ``_explicit`` those set on the command line.
     """
     record: dict[str, Any] = {"job": job_dir.name, "dir": str(job_dir)}
@@ -252,8 +286,10 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     if isinstance(config, dict):
         record["_batch_size"] = (config.get("data") or {}).get("batch_size")
     metrics_file = job_dir / "metrics.json"
+    record.update(_val_history(job_dir))
     if metrics_file.is_file():
         metrics = json.loads(metrics_file.read_text())
+        record.update(resume_record(metrics.pop("resume", None)))  # counts, not a dict's text, in jobs.csv
         for key in ("attention", "data", "seed"):  # a run dir without .hydra/: what metrics.json says, as text
             if key not in settings and metrics.get(key) is not None:
                 settings[key] = format_setting(metrics[key])
@@ -399,12 +435,27 @@ def _wandb_stopped_by(summary: dict[str, Any], config: dict[str, Any]) -> str | 
     return None
 
 
+def _wandb_val_history(run: Any) -> dict[str, Any]:
+    """A W&B run's validation history (:func:`attnbench.report_stats.val_loss_epochs` of its logged ``epoch`` and
+    ``val/loss``, ``run.history(keys=...)``), as a run dir's ``csv/metrics.csv`` gives it; ``{}`` where the run has
+    no history or it cannot be read (the report stands without it)."""
+    history = getattr(run, "history", None)
+    if not callable(history):
+        return {}
+    try:
+        frame = history(keys=["epoch", "val/loss"], pandas=True)
+        return val_loss_epochs(pd.DataFrame(frame))
+    except Exception:  # noqa: BLE001 - a history the API cannot give: no columns, no failed report
+        return {}
+
+
 def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """Runs of a W&B project (optionally one group) through the public API, as :func:`read_job` records.
 
     Each run's settings are its run config (the resolved Hydra config train.py stores), flattened, with
     ``attention`` and ``data`` taken from ``attention.name`` and ``data.name``; its metrics are the numbers of
-    its summary. A run whose state is not ``finished`` counts as failed; one the wall-time cap stopped before its
+    its summary, and its validation history the ``val/*`` epoch columns (:func:`_wandb_val_history`). A run whose
+    state is not ``finished`` counts as failed; one the wall-time cap stopped before its
     budget is marked ``stopped_by`` as its ``metrics.json`` would be (:func:`_wandb_stopped_by`). Runs of ``job_type`` ``report``
     (summary runs written by ``--wandb``) are skipped.
 
@@ -441,6 +492,7 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
+        record.update(_wandb_val_history(run))
         if stopped_by := _wandb_stopped_by(dict(run.summary), config):
             record["stopped_by"] = stopped_by
         record["status"] = STATUS_OK if run.state == "finished" and ACC in summary else STATUS_FAILED
@@ -507,6 +559,46 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     return "\n".join(lines)
 
 
+def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
+    """The finished runs resumed inexactly (:func:`attnbench.report_stats.inexact_resumes`), one Markdown row each:
+    the epoch they resumed in, its batches done before the checkpoint of its batch count, and how many of that
+    epoch's batches the resumed run replayed (seen twice) and never saw. Empty when there is none."""
+    finished = jobs[jobs["status"] == STATUS_OK]
+    flagged = finished[inexact_resumes(finished)]
+    if flagged.empty:
+        return ""
+    headers = ["job", *swept, "resumed in epoch", "batches done / per epoch", "batches replayed", "batches unseen"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for _, r in flagged.iterrows():
+        replayed = _fmt(r.get("resume/replayed_batches"), 0)
+        if replayed in ("0", "0.0"):  # inexact without a replay: a checkpoint without RNG states (not attnbench's)
+            replayed = "0 (checkpoint without RNG states: dropout and batch order differ)"
+        cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("resume/epoch"), 0),
+                 f"{_fmt(r.get('resume/batches_done'), 0)} / {_fmt(r.get('resume/batches_per_epoch'), 0)}",
+                 replayed, _fmt(r.get("resume/unseen_batches"), 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def convergence_text(jobs: pd.DataFrame) -> str:
+    """One sentence: in how many finished runs ``val/loss`` was lowest before the last validated epoch, still
+    falling at it, or logged for one epoch only (:func:`attnbench.report_stats.convergence_counts`); empty when no
+    run has a validation history."""
+    c = convergence_counts(jobs)
+    known = c["before_last"] + c["still_falling"] + c["one_epoch"]
+    if not known:
+        return ""
+    text = (f"Convergence (from each run's `csv/metrics.csv`; jobs.csv: `val/epochs_validated`, "
+            f"`val/loss_lowest_epoch`, `val/last_epoch`): `val/loss` was lowest before the last validated epoch in "
+            f"{c['before_last']} of the {known + c['unknown']} finished runs, lowest at the last (still falling) in "
+            f"{c['still_falling']}")
+    if c["one_epoch"]:
+        text += f", and {c['one_epoch']} run(s)' log holds one validated epoch only (cannot tell)"
+    if c["unknown"]:
+        text += f"; {c['unknown']} run(s) have no validation history"
+    return text + "."
+
+
 def disturbed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     """The finished runs whose training or test thread had less than :data:`MIN_CPU_SHARE` of a CPU core over
     its measured time (paused, or its core shared), one Markdown row each with both shares; their rates are left
@@ -529,7 +621,8 @@ def _finite(value: Any) -> bool:
 
 
 def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
-    """The per-variant table as Markdown (accuracy as mean ± std [95% CI]; "1 seed, no interval" where n = 1)."""
+    """The per-variant table as Markdown (accuracy as mean ± std and its 95% CI ``[lo, hi]``; the paired Δ as
+    ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1)."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
@@ -555,7 +648,8 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         elif math.isnan(r.diff_ci):
             diff = f"{r.diff_mean:+.4f} ({ONE_SEED})"
         else:
-            diff = f"{r.diff_mean:+.4f} ± {r.diff_ci:.4f}"
+            # the mean and its interval, as the header says (a "± half-width" read as a std beside the acc column)
+            diff = f"{r.diff_mean:+.4f} [{r.diff_mean - r.diff_ci:+.4f}, {r.diff_mean + r.diff_ci:+.4f}]"
         if n_stopped and int(r.n):
             acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
@@ -652,7 +746,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             ax.set_title(_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)), fixed), fontsize=8)
             ax.set_xlabel("training tokens/s")
             ax.set_ylabel(acc_label, fontsize=8)
-            ax.legend(loc="best", fontsize=8)
+            if ax.get_legend_handles_labels()[0]:  # a setting whose runs have no rate draws nothing to label
+                ax.legend(loc="best", fontsize=8)
         out["pareto.png"] = fig
     for key, name, panels in (
         ("model.head_dim", "head_dim.png", (("acc_mean", "test accuracy"), ("saturated_frac", "saturated rows"))),
@@ -680,7 +775,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             ax.set_xlabel(key)
             ax.set_ylabel(acc_label if column == "acc_mean" else label, fontsize=8)
             ax.set_title(_title("", fixed), fontsize=8)
-            ax.legend(fontsize=8)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
         out[name] = fig
     return out
 
@@ -710,17 +806,21 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     table = summarise(jobs, swept, baseline)
     counts = jobs["status"].value_counts().to_dict()
     n_stopped = int(table["n_stopped"].sum()) if "n_stopped" in table else 0
+    n_resumed = int(table["n_inexact_resume"].sum()) if "n_inexact_resume" in table else 0
+    convergence = convergence_text(jobs)
     lines = [
         f"# attnbench report: {source}",
         "",
         f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished"
         + (f" ({n_stopped} of them stopped by trainer.max_time: unfinished)" if n_stopped else "")
+        + (f" ({n_resumed} of them resumed mid-epoch: inexact, listed below)" if n_resumed else "")
         + f", {counts.get(STATUS_FAILED, 0)} failed, "
         f"{counts.get(STATUS_INCOMPLETE, 0)} incomplete (killed or still running), "
         f"{counts.get(STATUS_MISSING, 0)} not started. Swept: {', '.join(swept) or 'nothing'}.",
         "",
         f"Fixed: {headline(fixed)}.",
         "",
+        *([convergence, ""] if convergence else []),
         *([f"Cross-validation: each variant's {jobs['data.fold'].nunique()} folds (data.fold) are replicates like "
            "seeds: the mean, interval and paired Δ run over (seed, fold) pairs. Folds share training rows, so the "
            "t interval is optimistic (Nadeau & Bengio 2003).", ""] if "data.fold" in swept else []),
@@ -750,6 +850,15 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
                   "the wall time of its measured steps (`train/cpu_share`, `test/cpu_share`): the process was paused "
                   "or shared its core, so its wall-clock rates understate it. Their accuracy counts; their rates of "
                   "that phase do not.", "", disturbed, ""]
+    resumed = resumed_table(jobs, swept)
+    if resumed:
+        lines += ["## Runs resumed mid-epoch (inexact)", "",
+                  "These runs were interrupted inside an epoch and resumed from a step checkpoint (`metrics.json`: "
+                  "`resume`, `exact: false`). The data loader cannot skip ahead, so the resumed epoch took its first "
+                  "batches again (replayed: seen twice) and never showed its last ones (unseen); from the next epoch "
+                  "on the batches are the uninterrupted run's. Their figures count in the tables above; they are not "
+                  "bit-identical to an uninterrupted run's. `n_inexact_resume` in report.csv counts them per variant.",
+                  "", resumed, ""]
     problems = jobs[jobs["status"] != STATUS_OK]
     if len(problems):
         headers = ["job", *swept, "status", "last step", "error"]

@@ -477,3 +477,52 @@ def test_the_long_context_commits_and_conditions_are_the_published_manifests():
                   "and every n = 512 job but `additive`'s on `2e31e89`; `dot`, `scaled_dot`, `general` and `l2` at "
                   "n = 256 and `additive` at n = 512 on `77f2bc1`. `additive` at n = 256 ran alone, on `e70aa6d`",):
         assert claim in text, claim
+
+
+def jobs_claims() -> dict[str, list[str]]:
+    """What docs/results.md says of each published run (convergence, inexact resumes), recomputed from the per-run
+    CSVs the report publishes (docs/results/cpu/<stage>_jobs.csv: ``val/epochs_validated``,
+    ``val/loss_lowest_epoch``, ``val/last_epoch`` from each run's csv/metrics.csv; ``resume/*`` from its
+    metrics.json), with the report's own rules (:func:`attnbench.report_stats.convergence_counts`,
+    :func:`attnbench.report_stats.inexact_resumes`); keyed by the section that must say it."""
+    import pandas as pd
+
+    from attnbench.report_stats import STATUS_OK, convergence_counts, inexact_resumes
+
+    def jobs(stage: str) -> pd.DataFrame:
+        frame = pd.read_csv(REPO_ROOT / "docs/results/cpu" / f"{stage}_jobs.csv", low_memory=False)
+        return frame[frame["status"] == STATUS_OK]
+
+    compare, sweep = jobs("compare"), jobs("head_dim_sweep")
+    for frame in (compare, sweep):  # "its last epoch" is the run's last (trainer.max_epochs), not a log cut short
+        assert ((frame["val/last_epoch"] + 1) == frame["trainer.max_epochs"].astype(float)).all()
+    c = convergence_counts(compare)
+    assert c["before_last"] == len(compare) and not inexact_resumes(compare).any()  # "each of the", "none"
+    h = convergence_counts(sweep)
+    assert h["unknown"] == 0
+    resumed = sweep[inexact_resumes(sweep)]
+    replayed = resumed["resume/replayed_batches"].astype(int)
+    assert (replayed == resumed["resume/unseen_batches"].astype(int)).all()  # "never saw as many"
+    (per_epoch,) = set(resumed["resume/batches_per_epoch"].astype(int))
+    return {
+        "## Results": [f"each of the {len(compare)} runs had passed its lowest `val/loss` before its last epoch, "
+                       "none was resumed mid-epoch"],
+        "### Does unscaled dot degrade at large d_k?": [
+            f"`val/loss` was lowest before the last epoch in {h['before_last']} of the {len(sweep)} runs, still "
+            f"falling in {h['still_falling']}, and {h['one_epoch']} run's CSV log holds only its resumed epoch",
+            f"{len(resumed)} of the {len(sweep)} runs were interrupted and resumed mid-epoch, which is not exact: "
+            f"each took the first {replayed.min()} to {replayed.max()} of its epoch's {per_epoch:,} batches again and "
+            "never saw as many of its last ones",
+        ],
+    }
+
+
+def test_the_per_run_prose_is_its_published_jobs_csv():
+    """docs/results.md's convergence and resume statements (compare: every run past its lowest val/loss, none
+    resumed mid-epoch; head_dim_sweep: 72 / 2 / 1, and the 4 inexact resumes with their replayed batches) are
+    recomputed from the published per-run CSVs, each in the section that states it."""
+    results = REPO_ROOT / "docs" / "results.md"
+    for where, claims in jobs_claims().items():
+        text = section(results, where)
+        for claim in claims:
+            assert claim in text, f"{where}: {claim}"

@@ -166,7 +166,9 @@ def test_paired_delta_stays_within_each_setting(tmp_path):
     half = t * 0.01 / math.sqrt(3)
     for data, head_dim in base:
         assert f"| {data} | {head_dim} | additive | 3 |" in markdown
-    assert markdown.count(f"| +0.0200 ± {half:.4f} |") == 4
+    # the Δ column is headed "(paired, 95% CI)": the mean and its interval's ends, as the 95% CI column writes them
+    assert markdown.count(f"| +0.0200 [{0.02 - half:+.4f}, {0.02 + half:+.4f}] |") == 4
+    assert "± " + f"{half:.4f}" not in markdown
     # three seeds: the pareto plot has its interval bars, of the hand-computed half-width
     figs = report.figures(table, ["data", "model.head_dim", "attention"], fixed)
     bars = [c for ax in figs["pareto.png"].axes for c in ax.containers if isinstance(c, ErrorbarContainer)]

@@ -148,4 +148,10 @@ def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
         assert table.loc[name, "train_tok_s"] == pytest.approx(metrics["train/tokens_per_sec"], rel=1e-12)
     markdown = report.build_report(jobs, swept, str(sweep_dir), tmp_path)
     assert f"Jobs: {len(available())} — {len(available())} finished, 0 failed" in markdown
+    # each job's validation history from its own csv/metrics.csv: trainer.max_epochs=1 validates epoch 0 once
+    published = pd.read_csv(tmp_path / "jobs.csv")
+    assert published["val/epochs_validated"].tolist() == [1] * len(available())
+    assert published["val/loss_lowest_epoch"].tolist() == published["val/last_epoch"].tolist() == [0] * len(available())
+    assert f"and {len(available())} run(s)' log holds one validated epoch only" in markdown
+    assert "resume/exact" not in published and (pd.read_csv(tmp_path / "report.csv")["n_inexact_resume"] == 0).all()
     assert (tmp_path / "pareto.png").is_file()

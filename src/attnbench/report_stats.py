@@ -30,6 +30,14 @@ RATE_COLUMNS = (
     ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
     ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
 )
+#: ``metrics.json``'s ``resume`` (:class:`attnbench.callbacks.resume_state.ResumeState`) as jobs.csv columns: whether
+#: the resume was exact, the epoch it resumed in, that epoch's batches done before the checkpoint and its batch
+#: count, and the number of that epoch's batches the resumed run replayed and never saw (0 for an exact resume)
+RESUME_COLUMNS = ("resume/exact", "resume/epoch", "resume/batches_done", "resume/batches_per_epoch",
+                  "resume/replayed_batches", "resume/unseen_batches")
+#: jobs.csv columns of a run's validation history (its ``csv/metrics.csv``): epochs with a ``val/loss``, the epoch
+#: of its lowest ``val/loss`` and the last epoch with one (:func:`val_loss_epochs`)
+VAL_HISTORY_COLUMNS = ("val/epochs_validated", "val/loss_lowest_epoch", "val/last_epoch")
 
 
 def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float, float, int]:
@@ -69,7 +77,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
     Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
     left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
-    variant whose every run was disturbed has NaN rates. The other columns are means.
+    variant whose every run was disturbed has NaN rates. The other columns are means. ``n_inexact_resume`` counts
+    the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
+    replayed and as many unseen); their figures count, the report lists them.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
     ``trainer.max_time``) are left out of the accuracy statistics and of the pairing (their accuracy is not a
@@ -93,6 +103,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
     stopped = stopped_runs(done)
     disturbed = {share: disturbed_runs(done, share) for share in ("train/cpu_share", "test/cpu_share")}
+    inexact = inexact_resumes(done)
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
     partial_tests = (pd.to_numeric(done["test/limited_to_batches"], errors="coerce").notna()
                      if "test/limited_to_batches" in done else pd.Series(False, index=done.index))
@@ -119,6 +130,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                     kept &= ~partial_tests[group.index]
                 row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
+        row["n_inexact_resume"] = int(inexact[group.index].sum())
         for column, metric, scale in (
             ("peak_mem_mb", "perf/peak_mem_bytes", 2.0**-20),
             ("params", "model/params", 1.0), ("entropy_norm", "diag/entropy_norm", 1.0),
@@ -149,6 +161,87 @@ def disturbed_runs(jobs: pd.DataFrame, share: str = "train/cpu_share") -> pd.Ser
     if share not in jobs:
         return pd.Series(False, index=jobs.index)
     return pd.to_numeric(jobs[share], errors="coerce") < MIN_CPU_SHARE
+
+
+def resume_record(resume: Any) -> dict[str, Any]:
+    """``metrics.json``'s ``resume`` dict as the :data:`RESUME_COLUMNS` (``{}`` for a run that never resumed).
+
+    ``replayed_batches`` / ``unseen_batches`` there are ``[first, last]`` batch indices of the resumed epoch
+    (inclusive, :meth:`attnbench.callbacks.resume_state.ResumeState.on_train_start`); here they are counts,
+    ``last - first + 1``, and 0 where the resume replayed nothing (an epoch-end resume). E.g. ``{"epoch": 2,
+    "batches_done": 498, "batches_per_epoch": 1001, "exact": False, "replayed_batches": [0, 497],
+    "unseen_batches": [503, 1000]}`` -> exact False, 498 replayed, 498 unseen.
+    """
+    if not isinstance(resume, dict):
+        return {}
+
+    def count(span: Any) -> int:
+        if isinstance(span, (list, tuple)) and len(span) == 2 and all(isinstance(v, int) for v in span):
+            return span[1] - span[0] + 1
+        return 0
+
+    return {"resume/exact": bool(resume.get("exact", True)), "resume/epoch": resume.get("epoch"),
+            "resume/batches_done": resume.get("batches_done"), "resume/batches_per_epoch": resume.get("batches_per_epoch"),
+            "resume/replayed_batches": count(resume.get("replayed_batches")),
+            "resume/unseen_batches": count(resume.get("unseen_batches"))}
+
+
+def inexact_resumes(jobs: pd.DataFrame) -> pd.Series:
+    """Which jobs were resumed inexactly: ``resume/exact`` (:func:`resume_record`) false, as a bool or as the text a
+    CSV gives back (``False``/``false``). A mid-epoch resume replays the epoch's first batches and never shows its
+    last ones; a checkpoint without RNG states changes dropout and data order. A bool Series on ``jobs``' index;
+    a job that never resumed (no value) or resumed exactly is False."""
+    if "resume/exact" not in jobs:
+        return pd.Series(False, index=jobs.index)
+    import numpy as np
+
+    def inexact(v: Any) -> bool:
+        if isinstance(v, (bool, np.bool_)):
+            return not v
+        return isinstance(v, str) and v.strip().lower() == "false"
+
+    return jobs["resume/exact"].map(inexact).astype(bool)
+
+
+def val_loss_epochs(history: pd.DataFrame) -> dict[str, Any]:
+    """The :data:`VAL_HISTORY_COLUMNS` of one run's logged metrics (``csv/metrics.csv``: columns ``epoch`` and
+    ``val/loss``, one row per logged step; rows without a ``val/loss`` are ignored).
+
+    Returns ``{"val/epochs_validated": distinct epochs with a val/loss, "val/loss_lowest_epoch": the epoch of the
+    lowest val/loss (the first, on a tie), "val/last_epoch": the last epoch with one}``; ``{}`` without any. Epochs
+    count from 0. A run whose lowest epoch is below its last passed its lowest ``val/loss`` before its last epoch;
+    equal (with >= 2 epochs validated): still falling at the end; with 1 epoch validated the log cannot tell.
+    """
+    if "epoch" not in history or "val/loss" not in history:
+        return {}
+    rows = history[["epoch", "val/loss"]].apply(pd.to_numeric, errors="coerce").dropna()
+    if rows.empty:
+        return {}
+    lowest = rows.loc[rows["val/loss"].idxmin(), "epoch"]
+    return {"val/epochs_validated": int(rows["epoch"].nunique()), "val/loss_lowest_epoch": int(lowest),
+            "val/last_epoch": int(rows["epoch"].max())}
+
+
+def convergence_counts(jobs: pd.DataFrame) -> dict[str, int]:
+    """Over the finished runs with a validation history (:func:`val_loss_epochs` columns): ``before_last`` (lowest
+    ``val/loss`` before the last validated epoch), ``still_falling`` (lowest at the last, >= 2 epochs validated),
+    ``one_epoch`` (one epoch validated: the log cannot tell), ``unknown`` (finished runs without a history)."""
+    done = jobs[jobs["status"] == STATUS_OK] if "status" in jobs else jobs
+    counts = {"before_last": 0, "still_falling": 0, "one_epoch": 0, "unknown": 0}
+    if not set(VAL_HISTORY_COLUMNS) <= set(done.columns):
+        counts["unknown"] = len(done)
+        return counts
+    cols = done[list(VAL_HISTORY_COLUMNS)].apply(pd.to_numeric, errors="coerce")
+    for n, lowest, last in cols.itertuples(index=False):
+        if math.isnan(n):
+            counts["unknown"] += 1
+        elif n < 2:
+            counts["one_epoch"] += 1
+        elif lowest < last:
+            counts["before_last"] += 1
+        else:
+            counts["still_falling"] += 1
+    return counts
 
 
 def stopped_runs(jobs: pd.DataFrame) -> pd.Series:

@@ -29,7 +29,8 @@ class InterruptCheckpoint(pl.Callback):
 
     Like ``OnExceptionCheckpoint`` (see the module docstring for why it is not one), and in addition it
 
-    - stops within one step of a SIGTERM (Lightning's handler only sets a flag its loop checks at epoch ends);
+    - stops within one optimizer step of a SIGTERM, at the step's end (Lightning's handler only sets a flag its loop
+      checks at epoch ends), so that the checkpoint resumes exactly, mid-epoch too;
     - records :attr:`signal_name` (``"Ctrl-C (SIGINT)"`` or ``"SIGTERM"``) and :attr:`checkpoint` (the file
       written, or ``None`` with the reason in :attr:`checkpoint_error`);
     - writes nothing while testing (the trained checkpoints exist), after a NaN loss (the last good checkpoint
@@ -63,7 +64,10 @@ class InterruptCheckpoint(pl.Callback):
         self._training = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.received_sigterm:
+        # at the end of an optimizer step only: inside a gradient-accumulation window the gradients accumulated
+        # so far are in no checkpoint, and the resume could not continue exactly
+        should_accumulate = getattr(trainer.fit_loop.epoch_loop, "_should_accumulate", lambda: False)
+        if trainer.received_sigterm and not should_accumulate():
             raise SIGTERMException(128 + signal.SIGTERM)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

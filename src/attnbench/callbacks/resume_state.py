@@ -50,6 +50,9 @@ from pytorch_lightning.trainer.states import TrainerFn
 log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "attnbench"
+#: ``metrics.json`` ``resume.reason`` of a mid-epoch resume from a checkpoint without a loader position
+OLD_CHECKPOINT_REASON = ("the checkpoint holds no data-loader position (written by an attnbench before exact "
+                         "mid-epoch resumes)")
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -242,8 +245,9 @@ class ResumeState(pl.Callback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         rng_states, inside_step = collect_rng_states(), None
-        progress = trainer.fit_loop.epoch_loop.batch_progress.current
-        if trainer.training and progress.ready > progress.processed:
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        progress = epoch_loop.batch_progress.current if epoch_loop is not None else None
+        if getattr(trainer, "training", False) and progress is not None and progress.ready > progress.processed:
             # Taken inside a training step (Ctrl-C there): the resume runs this batch again, so it needs the RNG
             # states of the batch's start; exact only if the optimizer has not stepped on it yet.
             if self._batch_start is not None and self._batch_start[0] == trainer.global_step:
@@ -304,10 +308,11 @@ class ResumeState(pl.Callback):
         if done >= batches:  # a max_steps run resumed at an epoch end: Lightning first closes that epoch again
             epoch, done = epoch + 1, 0
         self.replay = {"epoch": epoch, "batches_done": max(done, 0), "batches_per_epoch": batches, "exact": exact}
-        loop = trainer.fit_loop.epoch_loop
-        # the batches Lightning's loop counts as done: where it continues (and how many it still fetches)
-        lightning_done = loop.batch_progress.current.completed + int(loop.restarted_on_train_batch_end)
         fit_loop = trainer.fit_loop
+        loop = getattr(fit_loop, "epoch_loop", None)
+        # the batches Lightning's loop counts as done: where it continues (and how many it still fetches)
+        lightning_done = (loop.batch_progress.current.completed + int(loop.restarted_on_train_batch_end)
+                          if loop is not None else done)
         if getattr(fit_loop, "_combined_loader_states_to_load", None) and fit_loop.restarting:
             # Lightning gives the loaders their checkpointed state in FitLoop.setup_data, but that ran before the
             # checkpoint was restored (configure_optimizers asks for trainer.estimated_stepping_batches, which
@@ -316,7 +321,7 @@ class ResumeState(pl.Callback):
         loaders = _train_loaders(trainer)
         positioned = bool(loaders) and all(getattr(dl, "restored", None) is not None
                                            and dl.restored.get("epoch") == epoch for dl in loaders)
-        mid_epoch = trainer.fit_loop.restarted_mid_epoch and 0 < lightning_done < batches
+        mid_epoch = bool(getattr(fit_loop, "restarted_mid_epoch", False)) and 0 < lightning_done < batches
         for dl in loaders:  # continue where Lightning's loop continues, with the next batch of the epoch's order
             dl.resume_at(epoch, lightning_done if mid_epoch and positioned else 0)
         if mid_epoch and positioned:
@@ -343,8 +348,7 @@ class ResumeState(pl.Callback):
             replayed = min(done, batches - done)
             self.replay.update(replayed_batches=[0, replayed - 1], unseen_batches=[max(done, batches - done),
                                                                                     batches - 1], exact=False,
-                               reason="the checkpoint holds no data-loader position (written by an attnbench "
-                                      "before exact mid-epoch resumes)")
+                               reason=OLD_CHECKPOINT_REASON)
             log.warning(
                 "Resumed mid-epoch at step %d: epoch %d had run %d of its %d batches. Weights, optimizer, scheduler "
                 "and RNG states are those of step %d, but the checkpoint holds no data-loader position (written "

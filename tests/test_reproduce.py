@@ -333,3 +333,25 @@ def test_publish_copies_nothing_from_a_report_that_failed(tmp_path, monkeypatch)
     assert (published / "compare_jobs.csv").read_text() == "new jobs\n"
     # only the plots this report drew: the earlier report's pareto.png is not passed off as this one's
     assert sorted(p.name for p in published.glob("*.png")) == ["compare_seq_len.png"]
+
+
+def test_a_job_with_only_interrupted_ckpt_resumes_from_it(tmp_path):
+    """A job interrupted before its first last.ckpt (Ctrl-C/kill of the reproduction in its first epoch) has only
+    interrupted.ckpt: it resumes from it (ckpt_path=last takes it), not started again from scratch."""
+    job = reproduce.plan(["compare"], tmp_path, ["seed=0", "data=trec", "attention=dot"], [])[0]
+    (job.run_dir / "checkpoints").mkdir(parents=True)
+    assert job.status() == "leftover"
+    (job.run_dir / "checkpoints" / "interrupted.ckpt").write_bytes(b"")
+    assert job.status() == "resume" and "ckpt_path=last" in job.command("cpu")
+
+
+def test_the_published_mid_epoch_resumes_are_the_ones_docs_results_names():
+    """docs/results.md: 4 of the 75 head_dim_sweep runs were resumed mid-epoch before exact mid-epoch resumes."""
+    import ast
+    import csv
+
+    rows = list(csv.DictReader((REPO_ROOT / "docs/results/cpu/head_dim_sweep_jobs.csv").open()))
+    resumes = [ast.literal_eval(r["resume"]) for r in rows if r["resume"]]
+    inexact = [r for r in resumes if not r["exact"] and 0 < r["batches_done"] < r["batches_per_epoch"]]
+    assert (len(rows), len(inexact)) == (75, 4)
+    assert "4 of the 75 `head_dim_sweep`\n  runs" in (REPO_ROOT / "docs/results.md").read_text()

@@ -138,6 +138,10 @@ MID_EPOCH = {
                             "last.ckpt"),
     "max_steps-sigterm": ("max_steps", [], _signal_at(29), 128 + signal.SIGTERM, "reference-max_steps", 29, 2, 3,
                           "interrupted.ckpt"),
+    # Ctrl-C inside step 30 of a max_steps run, which ends inside that epoch: its train/acc counts the epoch's
+    # batches before the checkpoint too (the stored torchmetrics state of the step's start)
+    "max_steps-ctrl_c_inside_step": ("max_steps", [], _signal_at(30, "SIGINT", "before_optimizer_step"),
+                                     128 + signal.SIGINT, "reference-max_steps", 29, 2, 3, "interrupted.ckpt"),
     # SIGTERM after batch 16 of 2-batch accumulation windows (inside step 9's window): it stops at step 9's end
     "accumulate-sigterm": ("max_epochs", ACCUMULATE, _signal_at(16), 128 + signal.SIGTERM,
                            "reference-accumulate", 9, 1, 4, "interrupted.ckpt"),
@@ -273,11 +277,13 @@ def _order(path: Path, epoch: int) -> list[str]:
 @pytest.mark.parametrize("case", list(MID_EPOCH))
 def test_mid_epoch_resume_is_exact(reference, case):
     """Stopped inside an epoch (Ctrl-C, SIGTERM, Ctrl-C inside a step, the every-N-steps last.ckpt then a hard
-    kill, a max_steps run, gradient accumulation), then `ckpt_path=last`: the run ends with exactly the
+    kill, max_steps runs, gradient accumulation), then `ckpt_path=last`: the run ends with exactly the
     uninterrupted run's metrics, best checkpoint, final weights and logged history, the epoch goes on with the
     batches the uninterrupted run took next, and metrics.json says resume.exact: true. Before: the epoch's order
     restarted at batch 0 (Ctrl-C at step 18: batches 0-4 trained twice, 8-12 never; test/acc 0.484375 instead
-    of 0.53125), and SIGTERM inside an accumulation window stopped there, losing the window's gradients."""
+    of 0.53125), SIGTERM inside an accumulation window stopped there, losing the window's gradients, and a
+    max_steps run's last, resumed epoch reported a train/acc of the batches after the resume only (0.768 instead
+    of 0.827)."""
     root, env, refs = reference
     stop, extra, _, _, ref_name, step, epoch, done, source = MID_EPOCH[case]
     run_dir, ref_dir = root / f"mid-epoch-{case}", root / ref_name

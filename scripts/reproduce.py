@@ -19,9 +19,10 @@ Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.y
 
 Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
-A job whose ``metrics.json`` exists is done and skipped; one with ``checkpoints/last.ckpt`` resumes from it
-(``ckpt_path=last``, exact from an epoch-end checkpoint, see docs/sweeps.md: Resume); any other leftover dir
-(a job that failed before its first checkpoint) is started again. Interrupt it (Ctrl-C) at any time and run
+A job whose ``metrics.json`` exists is done and skipped; one with a checkpoint (``checkpoints/last.ckpt``, or
+the ``interrupted.ckpt`` an interrupted job writes) resumes exactly from the newest (``ckpt_path=last``,
+mid-epoch included; see docs/sweeps.md: Resume); any other leftover dir (a job that failed before its first
+checkpoint) is started again. Interrupt it (Ctrl-C) at any time and run
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
 At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
@@ -101,11 +102,12 @@ class Job:
         return self.budget_key + (" --set " + " ".join(sorted(self.extra)) if self.extra else "")
 
     def status(self) -> str:
-        """``done`` (metrics.json), ``resume`` (checkpoints/last.ckpt), ``leftover`` (a dir without either) or
-        ``todo``."""
+        """``done`` (metrics.json), ``resume`` (a checkpoint ``ckpt_path=last`` resumes from: ``last*.ckpt`` or
+        ``interrupted.ckpt``), ``leftover`` (a dir without either) or ``todo``."""
         if (self.run_dir / "metrics.json").is_file():
             return "done"
-        if (self.run_dir / "checkpoints" / "last.ckpt").is_file():
+        checkpoints = self.run_dir / "checkpoints"
+        if any(checkpoints.glob("last*.ckpt")) or (checkpoints / "interrupted.ckpt").is_file():
             return "resume"
         return "leftover" if self.run_dir.exists() else "todo"
 
@@ -784,5 +786,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt:
         print("interrupted; the running job saved interrupted.ckpt. Run the same command again to continue: "
-              "finished jobs are skipped, a job with an epoch-end last.ckpt resumes from it.", file=sys.stderr)
+              "finished jobs are skipped, a job with a checkpoint resumes exactly from its newest (interrupted.ckpt, "
+              "mid-epoch included).", file=sys.stderr)
         sys.exit(130)

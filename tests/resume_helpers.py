@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import signal as signal_module
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -56,3 +57,26 @@ class CtrlCAtFitStart(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         os.kill(os.getpid(), signal.SIGINT)
+
+
+class SignalAtBatch(pl.Callback):
+    """Send this process ``signal`` (``"SIGTERM"``, ``"SIGINT"`` or ``"SIGKILL"``) at training batch ``batch``
+    (counted over the whole run from 1), at ``hook``: ``"batch_end"`` (after its optimizer step, if it ends
+    one) or ``"before_optimizer_step"`` (inside the step: loss and gradients done, weights not updated yet)."""
+
+    def __init__(self, batch: int, signal: str = "SIGTERM", hook: str = "batch_end") -> None:
+        self.batch, self.signal, self.hook = batch, getattr(signal_module, signal), hook
+        self._seen = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._seen += 1
+
+    def _maybe_send(self, where: str) -> None:
+        if where == self.hook and self._seen == self.batch:
+            os.kill(os.getpid(), self.signal)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self._maybe_send("before_optimizer_step")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._maybe_send("batch_end")

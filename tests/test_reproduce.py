@@ -549,3 +549,24 @@ def test_a_part_with_set_overrides_is_not_estimated_as_the_stages_job(tmp_path, 
     assert reproduce.job_estimate(full, table) == (551.0, True)
     assert reproduce.print_plan([part], table, ["compare"], tmp_path) == 74.0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_a_job_with_only_interrupted_ckpt_resumes_from_it(tmp_path):
+    """A job interrupted before its first last.ckpt (Ctrl-C/kill of the reproduction in its first epoch) has only
+    interrupted.ckpt: it resumes from it (ckpt_path=last takes it), not started again from scratch."""
+    job = reproduce.plan(["compare"], tmp_path, ["seed=0", "data=trec", "attention=dot"], [])[0]
+    (job.run_dir / "checkpoints").mkdir(parents=True)
+    assert job.status() == "leftover"
+    (job.run_dir / "checkpoints" / "interrupted.ckpt").write_bytes(b"")
+    assert job.status() == "resume" and "ckpt_path=last" in job.command("cpu")
+
+
+def test_the_published_mid_epoch_resumes_are_the_ones_docs_results_names():
+    """docs/results.md: 4 of the 75 head_dim_sweep runs were resumed mid-epoch before exact mid-epoch resumes."""
+    import csv
+
+    rows = list(csv.DictReader((REPO_ROOT / "docs/results/cpu/head_dim_sweep_jobs.csv").open()))
+    inexact = [r for r in rows if r["resume/exact"].lower() == "false"
+               and 0 < float(r["resume/batches_done"]) < float(r["resume/batches_per_epoch"])]
+    assert (len(rows), len(inexact)) == (75, 4)
+    assert "4 of the 75 `head_dim_sweep`\n  runs" in (REPO_ROOT / "docs/results.md").read_text()

@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,6 +113,39 @@ def _keep(after_epoch: int, where: str = "") -> list[str]:
 
 
 CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
+ACCUMULATE = ["+trainer.accumulate_grad_batches=2"]  # 7 optimizer steps an epoch (the last over one batch)
+
+
+def _signal_at(batch: int, sig: str = "SIGTERM", hook: str = "batch_end") -> list[str]:
+    return ["+callbacks.stop._target_=tests.resume_helpers.SignalAtBatch", f"+callbacks.stop.batch={batch}",
+            f"+callbacks.stop.signal={sig}", f"+callbacks.stop.hook={hook}"]
+
+
+# Mid-epoch stops, each resumed with ckpt_path=last in its own dir: (stopping rule, extra run args, stop args,
+# exit code of the stopped run, reference run, resume step, epoch, batches of it done, checkpoint resumed from).
+MID_EPOCH = {
+    # Ctrl-C once step 18 is done: 5 of epoch 1's 13 batches (the stop of the run the old-checkpoint test reuses)
+    "ctrl_c": ("max_epochs", [], CTRL_C_AT_STEP_18, 128 + signal.SIGINT, "reference-max_epochs", 18, 1, 5,
+               "interrupted.ckpt"),
+    "sigterm": ("max_epochs", [], _signal_at(20), 128 + signal.SIGTERM, "reference-max_epochs", 20, 1, 7,
+                "interrupted.ckpt"),
+    # Ctrl-C inside step 20 (gradients computed, weights not yet updated): Lightning trains batch 20 again
+    "ctrl_c_inside_step": ("max_epochs", [], _signal_at(20, "SIGINT", "before_optimizer_step"),
+                           128 + signal.SIGINT, "reference-max_epochs", 19, 1, 6, "interrupted.ckpt"),
+    # the every-N-steps last.ckpt (step 20), then a hard kill at batch 23
+    "every_n_train_steps": ("max_epochs", ["callbacks.last_checkpoint.every_n_train_steps=10"],
+                            _signal_at(23, "SIGKILL"), -signal.SIGKILL, "reference-max_epochs", 20, 1, 7,
+                            "last.ckpt"),
+    "max_steps-sigterm": ("max_steps", [], _signal_at(29), 128 + signal.SIGTERM, "reference-max_steps", 29, 2, 3,
+                          "interrupted.ckpt"),
+    # Ctrl-C inside step 30 of a max_steps run, which ends inside that epoch: its train/acc counts the epoch's
+    # batches before the checkpoint too (the stored torchmetrics state of the step's start)
+    "max_steps-ctrl_c_inside_step": ("max_steps", [], _signal_at(30, "SIGINT", "before_optimizer_step"),
+                                     128 + signal.SIGINT, "reference-max_steps", 29, 2, 3, "interrupted.ckpt"),
+    # SIGTERM after batch 16 of 2-batch accumulation windows (inside step 9's window): it stops at step 9's end
+    "accumulate-sigterm": ("max_epochs", ACCUMULATE, _signal_at(16), 128 + signal.SIGTERM,
+                           "reference-accumulate", 9, 1, 4, "interrupted.ckpt"),
+}
 
 
 def _record(path: Path) -> list[str]:
@@ -138,8 +172,11 @@ def reference(tmp_path_factory, data_dir, cache_dir):
         jobs.append(([*rule, f"hydra.run.dir={root / f'reference-{stop}-keep_all'}", *KEEP_ALL], 0))
         jobs += [([*rule, f"hydra.run.dir={root / _stopped_name(name, stop, after)}", *_kill_after_epoch(after),
                    *_keep(after)], -signal.SIGKILL) for after, names in stopped.items() for name in names]
-    jobs.append(([*STOPS["max_epochs"], f"hydra.run.dir={root / 'mid-epoch'}", *CTRL_C_AT_STEP_18,
-                  *_record(root / "mid-epoch.first.jsonl")], 128 + signal.SIGINT))
+    jobs.append(([*STOPS["max_epochs"], *ACCUMULATE, f"hydra.run.dir={root / 'reference-accumulate'}",
+                  *_record(root / "reference-accumulate.batches.jsonl")], 0))
+    jobs += [([*STOPS[stop], *extra, *stop_args, f"hydra.run.dir={root / f'mid-epoch-{case}'}",
+               *_record(root / f"mid-epoch-{case}.first.jsonl")], code)
+             for case, (stop, extra, stop_args, code, *_) in MID_EPOCH.items()]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         list(pool.map(lambda job: _train([*RUN, *job[0]], env, expect=job[1]), jobs))
     for stop in STOPS:  # each stopped run holds the checkpoints up to its last epoch and nothing after them
@@ -149,6 +186,8 @@ def reference(tmp_path_factory, data_dir, cache_dir):
                 assert not (run_dir / "metrics.json").exists()
                 last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
                 assert last["global_step"] == (after + 1) * BATCHES
+    # the Ctrl-C run as it stopped, for the old-checkpoint test (the exact-resume test resumes it in place)
+    shutil.copytree(root / "mid-epoch-ctrl_c", root / "mid-epoch-stopped")
     for stop in STOPS:  # which checkpoints a run keeps does not change its training
         assert ({k: _metrics(root / f"reference-{stop}-keep_all")[k] for k in COMPARED}
                 == {k: _metrics(root / f"reference-{stop}")[k] for k in COMPARED})
@@ -230,31 +269,83 @@ def test_resume_of_a_run_killed_while_testing_ends_with_its_metrics(reference, t
     assert {k: _metrics(killed)[k] for k in COMPARED} == {k: _metrics(finished)[k] for k in COMPARED}
 
 
-def test_mid_epoch_resume_replays_what_the_log_says(reference):
-    """Ctrl-C at step 18 (5 of epoch 1's 13 batches done), then `ckpt_path=last` (the interrupted.ckpt): the log
-    and metrics.json say batches 0-4 are replayed and 8-12 not seen, and the recorded batches show exactly that;
-    from epoch 2 on, the batches are the uninterrupted run's again."""
+def _order(path: Path, epoch: int) -> list[str]:
+    """The sha1 of every recorded training batch of epoch ``epoch`` (RecordBatches), in order."""
+    return [r["sha1"] for r in map(json.loads, path.read_text().splitlines()) if r["epoch"] == epoch]
+
+
+@pytest.mark.parametrize("case", list(MID_EPOCH))
+def test_mid_epoch_resume_is_exact(reference, case):
+    """Stopped inside an epoch (Ctrl-C, SIGTERM, Ctrl-C inside a step, the every-N-steps last.ckpt then a hard
+    kill, max_steps runs, gradient accumulation), then `ckpt_path=last`: the run ends with exactly the
+    uninterrupted run's metrics, best checkpoint, final weights and logged history, the epoch goes on with the
+    batches the uninterrupted run took next, and metrics.json says resume.exact: true. Before: the epoch's order
+    restarted at batch 0 (Ctrl-C at step 18: batches 0-4 trained twice, 8-12 never; test/acc 0.484375 instead
+    of 0.53125), SIGTERM inside an accumulation window stopped there, losing the window's gradients, and a
+    max_steps run's last, resumed epoch reported a train/acc of the batches after the resume only (0.768 instead
+    of 0.827)."""
     root, env, refs = reference
-    run_dir = root / "mid-epoch"  # stopped by Ctrl-C at step 18 (fixture)
-    first, second = root / "mid-epoch.first.jsonl", root / "mid-epoch.second.jsonl"
-    assert torch.load(run_dir / "checkpoints" / "interrupted.ckpt", weights_only=False)["global_step"] == 18
+    stop, extra, _, _, ref_name, step, epoch, done, source = MID_EPOCH[case]
+    run_dir, ref_dir = root / f"mid-epoch-{case}", root / ref_name
+    first, second = root / f"mid-epoch-{case}.first.jsonl", root / f"mid-epoch-{case}.second.jsonl"
+    ckpt = torch.load(run_dir / "checkpoints" / source, weights_only=False)
+    assert ckpt["global_step"] == step
+    assert max(p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()) == \
+        (run_dir / "checkpoints" / source).stat().st_mtime_ns  # ckpt_path=last takes this one
+    _train([*RUN, *STOPS[stop], *extra, f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
+
+    resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
+    assert Path(resumed["resumed_from"]).name == source
+    print(f"{case}: " + ", ".join(f"{k} {resumed[k]:.6f}/{uninterrupted[k]:.6f}" for k in ("test/acc", "val/acc")))
+    assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
+    assert resumed["resume"] == {"epoch": epoch, "batches_done": done, "batches_per_epoch": BATCHES, "exact": True}
+    assert (f"Resumed mid-epoch at step {step}: epoch {epoch} continues at batch {done} of its {BATCHES}"
+            in (run_dir / "train.log").read_text())
+    assert Path(resumed["best_checkpoint"]).name == Path(uninterrupted["best_checkpoint"]).name
+    ref_weights, weights = _weights(ref_dir / "checkpoints" / "last.ckpt"), _weights(run_dir / "checkpoints" /
+                                                                                      "last.ckpt")
+    assert weights.keys() == ref_weights.keys()
+    assert all(torch.equal(weights[k], ref_weights[k]) for k in ref_weights), "final weights differ"
+    assert _history(run_dir, step + 1) == _history(ref_dir, step + 1)
+    assert _history(ref_dir, step + 1) or stop == "max_steps"  # a max_steps run logs nothing after step 29
+    # the batches: the stopped run's first `done` of the epoch, then the rest of the same order, no replay
+    ref_batches = root / f"{ref_name}.batches.jsonl"
+    before, after = _order(first, epoch), _order(second, epoch)
+    assert before[:done] == _order(ref_batches, epoch)[:done]
+    assert after == _order(ref_batches, epoch)[done:]
+    assert _order(second, epoch + 1) == _order(ref_batches, epoch + 1)
+
+
+def test_mid_epoch_resume_from_an_old_checkpoint_replays_what_the_log_says(reference, tmp_path):
+    """A mid-epoch checkpoint written before exact mid-epoch resumes (no loader position: Ctrl-C at step 18, 5 of
+    epoch 1's 13 batches done) still loads; the resume cannot be exact, and the log and metrics.json say so and
+    which batches: 0-4 replayed, 8-12 not seen, as the recorded batches show; from epoch 2 on, the batches are
+    the uninterrupted run's again."""
+    root, env, refs = reference
+    run_dir = tmp_path / "old-mid-epoch"
+    shutil.copytree(root / "mid-epoch-stopped", run_dir)
+    path = run_dir / "checkpoints" / "interrupted.ckpt"
+    checkpoint = torch.load(path, weights_only=False)
+    assert checkpoint["global_step"] == 18
+    del checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]  # as the old code wrote it
+    del checkpoint["attnbench"]["inside_step"]
+    torch.save(checkpoint, path)
+    second = tmp_path / "second.jsonl"
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
 
     log = (run_dir / "train.log").read_text()
     assert ("Resumed mid-epoch at step 18: epoch 1 had run 5 of its 13 batches" in log
             and "batches 0-7 of the epoch's order again, so 5 batch(es) seen before the interruption are replayed "
                 "(batches 0-4) and batches 8-12 of this epoch are not seen" in log), log[-3000:]
-    assert _metrics(run_dir)["resume"] == {"epoch": 1, "batches_done": 5, "batches_per_epoch": 13,
-                                           "replayed_batches": [0, 4], "unseen_batches": [8, 12], "exact": False}
-
-    def order(path: Path, epoch: int) -> list[str]:
-        return [r["sha1"] for r in map(json.loads, path.read_text().splitlines()) if r["epoch"] == epoch]
-
-    ref_batches = refs["max_epochs"].parent / "reference-max_epochs.batches.jsonl"
-    ref1, ref2 = order(ref_batches, 1), order(ref_batches, 2)
-    assert order(first, 1) == ref1[:5]       # before Ctrl-C: batches 0-4 of epoch 1
-    assert order(second, 1) == ref1[:8]      # after the resume: batches 0-7 again (0-4 replayed), 8-12 never
-    assert order(second, 2) == ref2          # the next epoch is the uninterrupted run's
+    assert _metrics(run_dir)["resume"] == {
+        "epoch": 1, "batches_done": 5, "batches_per_epoch": 13, "replayed_batches": [0, 4], "unseen_batches": [8, 12],
+        "exact": False, "reason": "the checkpoint holds no data-loader position (written by an attnbench before "
+                                  "exact mid-epoch resumes)"}
+    ref_batches = root / "reference-max_epochs.batches.jsonl"
+    ref1, ref2 = _order(ref_batches, 1), _order(ref_batches, 2)
+    assert _order(root / "mid-epoch-ctrl_c.first.jsonl", 1) == ref1[:5]  # before Ctrl-C: batches 0-4 of epoch 1
+    assert _order(second, 1) == ref1[:8]      # after the resume: batches 0-7 again (0-4 replayed), 8-12 never
+    assert _order(second, 2) == ref2          # the next epoch is the uninterrupted run's
 
 
 def test_carry_checkpoint_states_copies_the_best_checkpoint(tmp_path, caplog):
@@ -358,3 +449,71 @@ def test_resolve_checkpoint(tmp_path):
     assert resolve_checkpoint("last", tmp_path) == str(tmp_path / "checkpoints" / "interrupted.ckpt")
     with pytest.raises(ConfigError, match="no such checkpoint file"):
         resolve_checkpoint(str(tmp_path / "missing.ckpt"), tmp_path)
+
+
+def _toy_loader(batching: str, sampler_kind: str, rank: int = 0):
+    """A training loader as the data module builds it, over 50 rows of lengths 1-50 (batch 8: 7 batches; under
+    a 2-process DistributedSampler 25 rows a process: 4 batches)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    from attnbench.data.samplers import (
+        EpochShuffleSampler,
+        LengthGroupedBatchSampler,
+        PadCollator,
+        ResumableDataLoader,
+        TokenizedSplit,
+    )
+
+    rows = [list(range(1, 1 + (7 * i) % 50 + 1)) for i in range(50)]
+    data = TokenizedSplit(rows, [i % 2 for i in range(50)], list(range(50)))
+    sampler = (EpochShuffleSampler(data, 3) if sampler_kind == "epoch_shuffle"
+               else DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=3))
+    common = dict(collate_fn=PadCollator(0), generator=torch.Generator().manual_seed(3))
+    if batching == "random":
+        return ResumableDataLoader(data, batch_size=8, sampler=sampler, **common)
+    lengths = [len(r) for r in rows]
+    return ResumableDataLoader(data, batch_sampler=LengthGroupedBatchSampler(sampler, 8, False, lengths, 2, True, 3),
+                               **common)
+
+
+def _ids(batches) -> list[list[list[int]]]:
+    return [b["input_ids"].tolist() for b in batches]
+
+
+def _epoch_of(loader, epoch: int) -> list:
+    (loader.batch_sampler.sampler if hasattr(loader.batch_sampler, "lengths") else loader.sampler).set_epoch(epoch)
+    return _ids(loader)
+
+
+@pytest.mark.parametrize("sampler_kind", ["epoch_shuffle", "distributed-rank0", "distributed-rank1"])
+@pytest.mark.parametrize("batching", ["random", "length_grouped"])
+def test_resumable_loader_continues_the_epoch_after_its_batches_done(batching, sampler_kind):
+    """The train loader's state after d batches of epoch 1, given to a new loader (a resumed process): epoch 1
+    yields exactly batches d..n-1 of the uninterrupted order, epoch 2 all of its batches; the state of an
+    epoch-end or another epoch skips nothing; len() is the whole epoch's either way (Lightning's fetcher
+    counts from it). Under DDP (Lightning's DistributedSampler) each process skips within its own shard."""
+    kind, rank = sampler_kind.split("-")[0], int(sampler_kind.rsplit("rank", 1)[1]) if "rank" in sampler_kind else 0
+    reference = _toy_loader(batching, kind, rank)
+    full1, full2 = _epoch_of(reference, 1), _epoch_of(reference, 2)
+    n = len(full1)
+    assert n == (7 if kind == "epoch_shuffle" else 4) and full1 != full2
+    for done in range(1, n):
+        first = _toy_loader(batching, kind, rank)
+        (first.batch_sampler.sampler if batching == "length_grouped" else first.sampler).set_epoch(1)
+        seen = []
+        for batch in first:
+            seen.append(batch["input_ids"].tolist())
+            if len(seen) == done:
+                break
+        state = first.state_dict()
+        assert state == {"epoch": 1, "batches_done": done, "batches_per_epoch": n}
+        assert seen == full1[:done]
+        resumed = _toy_loader(batching, kind, rank)
+        resumed.load_state_dict(state)
+        assert len(resumed) == n
+        assert _epoch_of(resumed, 1) == full1[done:], f"after {done} batches"
+        assert resumed.state_dict() == {"epoch": 1, "batches_done": n, "batches_per_epoch": n}
+        assert _epoch_of(resumed, 2) == full2
+    other = _toy_loader(batching, kind, rank)
+    other.load_state_dict({"epoch": 0, "batches_done": 3, "batches_per_epoch": n})
+    assert _epoch_of(other, 1) == full1  # a state of another epoch skips nothing

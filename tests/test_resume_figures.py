@@ -50,7 +50,10 @@ def test_a_run_resumed_after_its_training_ended_keeps_its_rate_and_diagnostics(t
 
 def test_a_run_resumed_mid_training_counts_the_steps_before_and_after(toy, tmp_path):  # noqa: F811
     """10 steps, then resumed to 20: with one warm-up step per process start (the toy's warmup_steps=1),
-    9 + 9 measured steps of 8 rows. Before: 9 (the steps after the checkpoint only)."""
+    9 + 9 measured steps. The resume continues epoch 0 (22 batches of its 175 rows, 21 of 8 and one of 7, in
+    shuffled order) at its batch 10 (exact mid-epoch resume; the warm-up): the measured steps are batches 1-9
+    and 11-19 of the epoch's order, among them its short batch: 17 * 8 + 7 rows. Before: 9 steps (the steps
+    after the checkpoint only); 144 rows while a mid-epoch resume restarted the order (batches 0-9 again)."""
     run_dir = tmp_path / "run"
     run_in_process(toy, run_dir, "trainer.max_epochs=-1", "trainer.max_steps=10")
     assert _metrics(run_dir)["train/samples"] == 9 * 8
@@ -58,7 +61,8 @@ def test_a_run_resumed_mid_training_counts_the_steps_before_and_after(toy, tmp_p
     run_in_process(toy, run_dir, "trainer.max_epochs=-1", "trainer.max_steps=20", "ckpt_path=last")
     metrics = _metrics(run_dir)
     assert metrics["train/steps_done"] == 20
-    assert metrics["train/samples"] == (9 + 9) * 8
+    assert metrics["resume"] == {"epoch": 0, "batches_done": 10, "batches_per_epoch": 22, "exact": True}
+    assert metrics["train/samples"] == 17 * 8 + 7
     assert metrics["train/steps_per_sec"] * metrics["train/time_sec"] == pytest.approx(18, rel=1e-9)
 
 
@@ -81,7 +85,8 @@ def test_a_resume_interrupted_before_training_writes_no_step_0_checkpoint(toy, t
     metrics = _metrics(run_dir)
     assert metrics["resumed_from"].endswith("last.ckpt")
     assert metrics["train/steps_done"] == 20
-    assert metrics["train/samples"] == (9 + 9) * 8
+    assert metrics["resume"] == {"epoch": 0, "batches_done": 10, "batches_per_epoch": 22, "exact": True}
+    assert metrics["train/samples"] == 17 * 8 + 7
     assert metrics["train/steps_per_sec"] * metrics["train/time_sec"] == pytest.approx(18, rel=1e-9)
 
 

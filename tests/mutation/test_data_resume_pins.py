@@ -386,16 +386,16 @@ def _resume(trainer, step, extras=True, metrics=None):
     (10, 1, 2, 20, {"epoch": 2, "batches_done": 0, "batches_per_epoch": 10, "exact": True}),
     # accumulate 3 over 10 batches: ceil(10/3) = 4 steps per epoch; step 9 in epoch 2 = 1 step = 3 batches done
     (10, 3, 2, 9, {"epoch": 2, "batches_done": 3, "batches_per_epoch": 10, "exact": False,
-                   "replayed_batches": [0, 2], "unseen_batches": [7, 9]}),
+                   "replayed_batches": [0, 2], "unseen_batches": [7, 9], "reason": rs.OLD_CHECKPOINT_REASON}),
     # 7 of 10 done: the remaining 3 steps replay batches 0-2 and never see batches 7-9
     (10, 1, 1, 17, {"epoch": 1, "batches_done": 7, "batches_per_epoch": 10, "exact": False,
-                    "replayed_batches": [0, 2], "unseen_batches": [7, 9]}),
+                    "replayed_batches": [0, 2], "unseen_batches": [7, 9], "reason": rs.OLD_CHECKPOINT_REASON}),
     # 2 of 10 done: 8 steps left take batches 0-7; batches 0-1 replayed, 8-9 unseen
     (10, 1, 0, 2, {"epoch": 0, "batches_done": 2, "batches_per_epoch": 10, "exact": False,
-                   "replayed_batches": [0, 1], "unseen_batches": [8, 9]}),
+                   "replayed_batches": [0, 1], "unseen_batches": [8, 9], "reason": rs.OLD_CHECKPOINT_REASON}),
     # 1 of 10 done (the smallest mid-epoch resume): batch 0 replayed, batch 9 unseen
     (10, 1, 0, 1, {"epoch": 0, "batches_done": 1, "batches_per_epoch": 10, "exact": False,
-                   "replayed_batches": [0, 0], "unseen_batches": [9, 9]}),
+                   "replayed_batches": [0, 0], "unseen_batches": [9, 9], "reason": rs.OLD_CHECKPOINT_REASON}),
     # a max_steps run resumed at the end of epoch 1 (Lightning reports current_epoch 1 with all 10 done)
     (10, 1, 1, 20, {"epoch": 2, "batches_done": 0, "batches_per_epoch": 10, "exact": True}),
     # the checkpoint's step is behind the epoch count: nothing done, never negative

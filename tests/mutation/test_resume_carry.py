@@ -337,7 +337,8 @@ def test_save_checkpoint_holds_rng_wandb_id_and_scalar_metrics():
                "hist": torch.ones(3)}
     cb.on_save_checkpoint(SimpleNamespace(callback_metrics=metrics), None, checkpoint)
     saved = checkpoint["attnbench"]
-    assert set(saved) == {"rng_states", "wandb_run", "callback_metrics"}
+    assert set(saved) == {"rng_states", "wandb_run", "callback_metrics", "inside_step"}
+    assert saved["inside_step"] is None  # not inside a training step (no trainer loop here)
     assert saved["wandb_run"] == {"id": "abc123", "mode": "offline"}
     assert set(saved["callback_metrics"]) == {"val/acc", "val/loss"}
     assert saved["callback_metrics"]["val/loss"].dtype == torch.float64

@@ -29,7 +29,9 @@ class InterruptCheckpoint(pl.Callback):
 
     Like ``OnExceptionCheckpoint`` (see the module docstring for why it is not one), and in addition it
 
-    - stops within one step of a SIGTERM (Lightning's handler only sets a flag its loop checks at epoch ends);
+    - stops within one optimizer step of a SIGTERM, at the step's end (with ``trainer.accumulate_grad_batches`` > 1,
+      at the end of the accumulation window, where Lightning alone would stop after any batch), so that the
+      checkpoint resumes exactly, mid-epoch too;
     - records :attr:`signal_name` (``"Ctrl-C (SIGINT)"`` or ``"SIGTERM"``) and :attr:`checkpoint` (the file
       written, or ``None`` with the reason in :attr:`checkpoint_error`);
     - writes nothing while testing (the trained checkpoints exist), after a NaN loss (the last good checkpoint
@@ -52,6 +54,7 @@ class InterruptCheckpoint(pl.Callback):
         self.signal_name: str | None = None
         self.trainer: pl.Trainer | None = None
         self._training = False  # on_train_start seen in this fit: the whole training state is in place
+        self._sigterm_deferred = False  # a SIGTERM came inside a gradient-accumulation window: stop at its end
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.trainer = trainer
@@ -63,7 +66,18 @@ class InterruptCheckpoint(pl.Callback):
         self._training = True
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.received_sigterm:
+        # Stop at the end of an optimizer step only. Inside a gradient-accumulation window the gradients
+        # accumulated so far are in no checkpoint, so a resume could not continue exactly: Lightning (2.6) stops
+        # after any batch once its SIGTERM flag is set, so the flag is held back until the window's last batch.
+        connector = getattr(trainer, "_signal_connector", None)
+        should_accumulate = getattr(trainer.fit_loop.epoch_loop, "_should_accumulate", lambda: False)
+        if trainer.received_sigterm and connector is not None and should_accumulate():
+            connector.received_sigterm = False
+            self._sigterm_deferred = True
+            return
+        if trainer.received_sigterm or self._sigterm_deferred:
+            if connector is not None:
+                connector.received_sigterm = True
             raise SIGTERMException(128 + signal.SIGTERM)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:

@@ -7,9 +7,17 @@ loop counters and callback states (best checkpoint so far). :class:`ResumeState`
 adds the random-number generators (torch, CUDA, NumPy, Python) and the W&B
 run id. With the data order a function of (seed, epoch) alone
 (:class:`attnbench.data.EpochShuffleSampler`), a run resumed from an
-epoch-end checkpoint continues exactly as the uninterrupted run would have.
-A run resumed from a mid-epoch checkpoint (``callbacks.last_checkpoint.every_n_train_steps``,
-``interrupted.ckpt``) restarts that epoch's batch order, and says in the log which batches it replays.
+epoch-end checkpoint continues exactly as the uninterrupted run would have. So does one resumed from a
+mid-epoch checkpoint (``callbacks.last_checkpoint.every_n_train_steps``, ``interrupted.ckpt``): the training
+loader (:class:`attnbench.data.ResumableDataLoader`) stores its place in the epoch's order in the
+checkpoint, and the resume continues with the next batch of that order. A resume stays inexact, and says so
+in the log and in ``metrics.json`` ``resume`` (``exact: false`` with a ``reason``), only when
+
+- the checkpoint holds no loader position (written by attnbench before exact mid-epoch resumes): the epoch's
+  order restarts, and ``replayed_batches`` / ``unseen_batches`` say which batches were trained twice / never;
+- it was taken inside an optimizer step or a gradient-accumulation window (Ctrl-C there): gradients
+  accumulated so far, or dropout already drawn after the optimizer stepped, are not in any checkpoint;
+- it holds no RNG states (not written by attnbench).
 
 A run resumed into another output dir than the one its checkpoint was written in
 (``ckpt_path=<file> hydra.run.dir=<new dir>``, or a run dir that was moved) keeps the
@@ -42,6 +50,9 @@ from pytorch_lightning.trainer.states import TrainerFn
 log = logging.getLogger(__name__)
 
 CHECKPOINT_KEY = "attnbench"
+#: ``metrics.json`` ``resume.reason`` of a mid-epoch resume from a checkpoint without a loader position
+OLD_CHECKPOINT_REASON = ("the checkpoint holds no data-loader position (written by an attnbench before exact "
+                         "mid-epoch resumes)")
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -185,8 +196,16 @@ def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
             sampler.set_epoch = follow
 
 
+def _train_loaders(trainer: pl.Trainer) -> list[Any]:
+    """The training loaders that record their place in the epoch (``state_dict``/``load_state_dict``)."""
+    loader = getattr(trainer.fit_loop, "_combined_loader", None)
+    return [dl for dl in (loader.flattened if loader is not None else [])
+            if hasattr(dl, "state_dict") and hasattr(dl, "resume_at")]
+
+
 class ResumeState(pl.Callback):
-    """Checkpoints the RNG states and the W&B run id; on resume restores the RNGs and logs what is replayed.
+    """Checkpoints the RNG states and the W&B run id; on resume restores the RNGs, puts the training loader at the
+    checkpoint's place in the epoch, and logs whether the run continues exactly (and if not, why).
 
     The RNG states are restored when training starts (after the sanity check,
     before the first batch), which is where the uninterrupted run stood when
@@ -202,15 +221,49 @@ class ResumeState(pl.Callback):
         self.wandb_run = wandb_run
         self._rng_states: dict[str, Any] | None = None
         self._resumed_from_step: int | None = None
-        #: what the resume replayed (``metrics.json`` ``resume``): epoch, batches_done, batches_per_epoch, exact,
-        #: and for a mid-epoch resume replayed_batches / unseen_batches as [first, last] batch of the epoch
+        #: where the resume continued (``metrics.json`` ``resume``): epoch, batches_done, batches_per_epoch, exact;
+        #: when not exact a reason, and after a mid-epoch resume from a checkpoint without a loader position
+        #: replayed_batches / unseen_batches as [first, last] batch of the epoch
         self.replay: dict[str, Any] | None = None
         self._align_log_step = False
+        self._align_batch_step = False
         self._callback_metrics: dict[str, torch.Tensor] | None = None
+        self._inside_step_note: str | None = None  # why the checkpoint resumed from cannot continue exactly
+        # the global step and torch/CUDA RNG states where the current training batch started: a checkpoint taken
+        # inside the step (Ctrl-C there) stores these, since Lightning runs that batch again on resume
+        self._batch_start: tuple[int, dict[str, Any]] | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # torch (and CUDA) only, the generators a training step draws from (dropout): 5 us a batch, where
+        # collect_rng_states' NumPy and Python states cost 280 us (measured, one CPU core)
+        states: dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            states["cuda"] = torch.cuda.get_rng_state_all()
+        self._batch_start = (trainer.global_step, states)
+        if self._align_batch_step:
+            # A checkpoint taken inside a training step: Lightning's restart adds the step its loop adds after a
+            # batch end, so every later point would be logged one step late; log at the uninterrupted run's
+            # steps (one optimizer: one stepped batch per optimizer step).
+            self._align_batch_step = False
+            loop = trainer.fit_loop.epoch_loop
+            if len(trainer.optimizers) == 1 and hasattr(loop, "_batches_that_stepped"):
+                loop._batches_that_stepped = trainer.global_step
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"rng_states": collect_rng_states(), "wandb_run": self.wandb_run,
-                                      "callback_metrics": _scalar_metrics(trainer.callback_metrics)}
+        rng_states, inside_step = collect_rng_states(), None
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        progress = epoch_loop.batch_progress.current if epoch_loop is not None else None
+        if getattr(trainer, "training", False) and progress is not None and progress.ready > progress.processed:
+            # Taken inside a training step (Ctrl-C there): the resume runs this batch again, so it needs the RNG
+            # states of the batch's start; exact only if the optimizer has not stepped on it yet.
+            if self._batch_start is not None and self._batch_start[0] == trainer.global_step:
+                rng_states, inside_step = {**rng_states, **self._batch_start[1]}, "before_optimizer_step"
+            else:
+                inside_step = "after_optimizer_step"
+        checkpoint[CHECKPOINT_KEY] = {"rng_states": rng_states, "wandb_run": self.wandb_run,
+                                      "callback_metrics": _scalar_metrics(trainer.callback_metrics),
+                                      "inside_step": inside_step}
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
         if trainer.state.fn == TrainerFn.FITTING:  # not when trainer.test loads the best checkpoint
@@ -220,6 +273,11 @@ class ResumeState(pl.Callback):
         self._rng_states = extras.get("rng_states")
         self._callback_metrics = extras.get("callback_metrics")
         self._resumed_from_step = int(checkpoint.get("global_step", 0))
+        self._inside_step_note = None
+        if extras.get("inside_step") == "after_optimizer_step":
+            self._inside_step_note = ("the checkpoint was taken inside a training step after its optimizer step: "
+                                      "the resume trains that batch again on the updated weights")
+        self._align_batch_step = extras.get("inside_step") is not None
         if self._rng_states is None:
             log.warning("The checkpoint holds no RNG states (not written by attnbench): dropout and data order "
                         "after the resume differ from an uninterrupted run.")
@@ -251,23 +309,61 @@ class ResumeState(pl.Callback):
         batches = int(trainer.num_training_batches)
         accumulate = trainer.accumulate_grad_batches
         epoch = trainer.current_epoch
-        # batches of this epoch done before the checkpoint (a step checkpoint is written before Lightning
-        # counts its batch as completed, so count optimizer steps instead)
+        # batches of this epoch done before the checkpoint according to the optimizer steps taken (a step
+        # checkpoint is written before Lightning counts its batch as completed, so count optimizer steps)
         done = (self._resumed_from_step - epoch * math.ceil(batches / accumulate)) * accumulate
         if done >= batches:  # a max_steps run resumed at an epoch end: Lightning first closes that epoch again
             epoch, done = epoch + 1, 0
         self.replay = {"epoch": epoch, "batches_done": max(done, 0), "batches_per_epoch": batches, "exact": exact}
-        if 0 < done < batches:
+        fit_loop = trainer.fit_loop
+        loop = getattr(fit_loop, "epoch_loop", None)
+        # the batches Lightning's loop counts as done: where it continues (and how many it still fetches)
+        lightning_done = (loop.batch_progress.current.completed + int(loop.restarted_on_train_batch_end)
+                          if loop is not None else done)
+        if getattr(fit_loop, "_combined_loader_states_to_load", None) and fit_loop.restarting:
+            # Lightning gives the loaders their checkpointed state in FitLoop.setup_data, but that ran before the
+            # checkpoint was restored (configure_optimizers asks for trainer.estimated_stepping_batches, which
+            # sets up the train loader) and does not run again: hand the states over now, with its own method.
+            fit_loop._load_combined_loader_states()
+        loaders = _train_loaders(trainer)
+        positioned = bool(loaders) and all(getattr(dl, "restored", None) is not None
+                                           and dl.restored.get("epoch") == epoch for dl in loaders)
+        mid_epoch = bool(getattr(fit_loop, "restarted_mid_epoch", False)) and 0 < lightning_done < batches
+        for dl in loaders:  # continue where Lightning's loop continues, with the next batch of the epoch's order
+            dl.resume_at(epoch, lightning_done if mid_epoch and positioned else 0)
+        if mid_epoch and positioned:
+            reasons = [] if exact else ["the checkpoint holds no RNG states"]
+            if self._inside_step_note:
+                reasons.append(self._inside_step_note)
+            if lightning_done != done:
+                reasons.append(f"the checkpoint was taken inside a gradient-accumulation window (trainer."
+                               f"accumulate_grad_batches={accumulate}): the gradients of batches {done}-"
+                               f"{lightning_done - 1} of the epoch were not saved and are lost")
+            self.replay.update(batches_done=lightning_done, exact=not reasons)
+            if reasons:
+                self.replay["reason"] = "; ".join(reasons)
+                log.warning("Resumed mid-epoch at step %d: epoch %d continues at batch %d of its %d, but not "
+                            "exactly as it would have: %s.", self._resumed_from_step, epoch, lightning_done,
+                            batches, self.replay["reason"])
+            else:
+                log.info("Resumed mid-epoch at step %d: epoch %d continues at batch %d of its %d (the "
+                         "uninterrupted run's order); the run continues exactly as it would have.",
+                         self._resumed_from_step, epoch, lightning_done, batches)
+        elif 0 < done < batches:
+            # No loader position in the checkpoint (written by an attnbench before exact mid-epoch resumes, or
+            # another data module's loader): the epoch's order restarts from its first batch.
             replayed = min(done, batches - done)
             self.replay.update(replayed_batches=[0, replayed - 1], unseen_batches=[max(done, batches - done),
-                                                                                    batches - 1], exact=False)
+                                                                                    batches - 1], exact=False,
+                               reason=OLD_CHECKPOINT_REASON)
             log.warning(
                 "Resumed mid-epoch at step %d: epoch %d had run %d of its %d batches. Weights, optimizer, scheduler "
-                "and RNG states are those of step %d, but the data loader cannot skip ahead: the epoch's remaining "
+                "and RNG states are those of step %d, but the checkpoint holds no data-loader position (written "
+                "by an attnbench before exact mid-epoch resumes): the epoch's remaining "
                 "%d steps take batches 0-%d of the epoch's order again, so %d batch(es) seen before the "
                 "interruption are replayed (batches 0-%d) and batches %d-%d of this epoch are not seen. From epoch %d "
-                "on the batches are the uninterrupted run's; the final metrics are not. Epoch-end checkpoints "
-                "resume exactly.",
+                "on the batches are the uninterrupted run's; the final metrics are not. Checkpoints written by "
+                "this version resume exactly.",
                 self._resumed_from_step, epoch, done, batches, self._resumed_from_step, batches - done,
                 batches - done - 1, replayed, replayed - 1, max(done, batches - done), batches - 1, epoch + 1,
             )

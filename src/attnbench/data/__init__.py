@@ -21,7 +21,7 @@ _LAZY = {
     "SPLITS": "datamodule", "TextClassificationDataModule": "datamodule",
     "SplitStats": "rows", "clean_texts": "rows", "column": "rows",
     "EpochShuffleSampler": "samplers", "LengthGroupedBatchSampler": "samplers", "PadCollator": "samplers",
-    "TokenizedSplit": "samplers",
+    "ResumableDataLoader": "samplers", "TokenizedSplit": "samplers",
     "PAD_TOKEN": "tokenizer", "SEP_TOKEN": "tokenizer", "UNK_TOKEN": "tokenizer", "canonical_token_ids": "tokenizer",
     "continuing_symbols": "tokenizer", "encode_ids": "tokenizer", "encode_ids_counting": "tokenizer",
     "train_tokenizer": "tokenizer",
@@ -37,7 +37,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BATCHING", "CACHE_VERSION", "PAD_TOKEN", "SEP_TOKEN", "SPLITS", "UNK_TOKEN", "DataConfig", "DataConfigError",
-    "DataUnavailableError", "EpochShuffleSampler", "LengthGroupedBatchSampler", "PadCollator", "SplitStats",
+    "DataUnavailableError", "EpochShuffleSampler", "LengthGroupedBatchSampler", "PadCollator", "ResumableDataLoader",
+    "SplitStats",
     "TextClassificationDataModule", "TokenizedSplit", "canonical_token_ids", "clean_texts", "column",
     "continuing_symbols", "encode_ids", "encode_ids_counting", "train_tokenizer",
 ]

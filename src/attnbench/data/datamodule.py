@@ -39,7 +39,13 @@ from attnbench.data.cache import cache_key, is_complete, write_atomically
 from attnbench.data.config import DataConfig
 from attnbench.data.errors import DataConfigError
 from attnbench.data.rows import SplitStats, check_columns_and_labels, clean_texts, column, label_ids
-from attnbench.data.samplers import EpochShuffleSampler, LengthGroupedBatchSampler, PadCollator, TokenizedSplit
+from attnbench.data.samplers import (
+    EpochShuffleSampler,
+    LengthGroupedBatchSampler,
+    PadCollator,
+    ResumableDataLoader,
+    TokenizedSplit,
+)
 from attnbench.data.sources import Source, load_source, local_root
 from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
 from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, train_tokenizer
@@ -389,12 +395,13 @@ class TextClassificationDataModule(pl.LightningDataModule):
             # length_grouped, each process's rows sorted by length so that batches carry little padding
             sampler = eval_sampler(data, self.trainer, lengths if self.batching == "length_grouped" else None)
             return DataLoader(data, batch_size=self.eval_batch_size, sampler=sampler, **common)
+        # training: a mid-epoch checkpoint records the loader's place in the epoch's order (ResumableDataLoader)
         sampler = EpochShuffleSampler(data, seed)
         if self.batching == "random":
-            return DataLoader(data, batch_size=self.batch_size, sampler=sampler, **common)
+            return ResumableDataLoader(data, batch_size=self.batch_size, sampler=sampler, **common)
         batch_sampler = LengthGroupedBatchSampler(sampler, self.batch_size, False, lengths,
                                                   megabatch_size=self.megabatch_size, shuffle=True, seed=seed)
-        return DataLoader(data, batch_sampler=batch_sampler, **common)
+        return ResumableDataLoader(data, batch_sampler=batch_sampler, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", shuffle=True)

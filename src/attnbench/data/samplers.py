@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Dataset, RandomSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler
 
 from attnbench.data.errors import DataConfigError
 
@@ -126,6 +126,98 @@ class LengthGroupedBatchSampler(BatchSampler):
 
     def __iter__(self):
         yield from self.batches()
+
+
+def _sampler_epoch(loader: DataLoader) -> int:
+    """The epoch whose order ``loader``'s training sampler yields (``set_epoch``'s last argument; 0 if none)."""
+    for sampler in (getattr(loader.batch_sampler, "sampler", None), loader.sampler):
+        if sampler is not None and hasattr(sampler, "epoch"):
+            return int(sampler.epoch)
+    return 0
+
+
+class _SkipBatches:
+    """``batch_sampler`` without the first ``loader``'s pending skip batches of the epoch (same ``len``).
+
+    The skip is read when iteration starts (after Lightning's ``set_epoch``), and only used if the epoch is
+    the one the skip was recorded for.
+    """
+
+    def __init__(self, batch_sampler: Any, loader: ResumableDataLoader) -> None:
+        self.batch_sampler = batch_sampler
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        skip = self.loader._take_skip()
+        for k, batch in enumerate(self.batch_sampler):  # index lists only: no row is read or collated
+            if k >= skip:
+                yield batch
+
+
+class ResumableDataLoader(DataLoader):
+    """The training ``DataLoader``: a mid-epoch checkpoint records how far into the epoch it was, and a resume
+    from it continues with the next batch of the same order.
+
+    This is Lightning's resumable-loader interface (``state_dict``/``load_state_dict`` on a loader,
+    ``pytorch_lightning.loops.fit_loop.FitLoop.on_save_checkpoint``: the state is stored in the checkpoint's
+    fit-loop state as ``combined_loader`` and given back to the loader when a fit restarts from it). Since an
+    epoch's batches are a function of (seed, epoch) only (:class:`EpochShuffleSampler`,
+    :class:`LengthGroupedBatchSampler`, Lightning's ``DistributedSampler`` under DDP), skipping the first
+    ``batches_done`` batches of the epoch's order gives exactly the batches the uninterrupted run went on
+    with. Skipped batches are skipped as index lists: no row is read, collated or sent to a worker.
+
+    State: ``{"epoch": int, "batches_done": int, "batches_per_epoch": int}`` — batches of epoch ``epoch``
+    this loader has delivered (counted where they leave the loader, so worker prefetch does not count).
+    :class:`attnbench.callbacks.resume_state.ResumeState` may correct ``batches_done`` on resume to the
+    count Lightning's loop continues from (:meth:`resume_at`), which differs only for a checkpoint taken
+    inside a training step (Ctrl-C there).
+
+    Same arguments as :class:`torch.utils.data.DataLoader`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._delivered = 0  # batches of the current epoch delivered (including skipped ones)
+        self._epoch = 0
+        self._skip: tuple[int, int] | None = None  # (epoch, batches to skip) pending for the next iteration
+        self.restored: dict[str, int] | None = None  # the state given by load_state_dict (None: none restored)
+
+    @property
+    def _index_sampler(self):  # type: ignore[override]
+        return _SkipBatches(super()._index_sampler, self) if self._auto_collation else super()._index_sampler
+
+    def _take_skip(self) -> int:
+        epoch = _sampler_epoch(self)
+        pending, self._skip = self._skip, None
+        skip = pending[1] if pending is not None and pending[0] == epoch else 0
+        self._epoch, self._delivered = epoch, skip
+        return skip
+
+    def __iter__(self):
+        iterator = super().__iter__()
+
+        def delivered():
+            for batch in iterator:
+                self._delivered += 1
+                yield batch
+
+        return delivered()
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the loader is: ``{"epoch", "batches_done", "batches_per_epoch"}`` (see the class docstring)."""
+        return {"epoch": self._epoch, "batches_done": self._delivered, "batches_per_epoch": len(self)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue epoch ``state_dict["epoch"]`` after its first ``batches_done`` batches when it is next iterated."""
+        self.restored = {k: int(v) for k, v in state_dict.items()}
+        self.resume_at(self.restored["epoch"], self.restored["batches_done"])
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """Make the next iteration, if it is of epoch ``epoch``, start at batch ``batches_done`` of its order."""
+        self._skip = (int(epoch), max(int(batches_done), 0))
 
 
 class PadCollator:

@@ -98,6 +98,10 @@ class TextClassifierModule(pl.LightningModule):
         self.val_acc_best = MaxMetric()
         self.flops_per_batch = None  # lengths vary per batch; FLOPs are measured by scripts/bench_attention.py
         self._resumed_acc_best: float | None = None
+        # train/acc of the epoch so far (torchmetrics states, update count) at the current batch's start, and the
+        # one a mid-epoch checkpoint restored (applied when training starts)
+        self._train_acc_at_batch_start: tuple[dict[str, Tensor], int] | None = None
+        self._resumed_train_acc: tuple[dict[str, Tensor], int] | None = None
 
     def forward(self, input_ids: Tensor, padding_mask: Tensor) -> Tensor:
         """logits B×C for ``input_ids`` B×L and ``padding_mask`` B×L (True = pad)."""
@@ -129,16 +133,45 @@ class TextClassifierModule(pl.LightningModule):
         if self._resumed_acc_best is not None:  # a resumed run keeps the best of the epochs before it
             self.val_acc_best.update(torch.tensor(self._resumed_acc_best, device=self.device))
             self._resumed_acc_best = None
+        if self._resumed_train_acc is not None:  # a mid-epoch resume: train/acc goes on over the whole epoch
+            states, count = self._resumed_train_acc
+            for name, value in states.items():
+                setattr(self.train_acc, name, value.to(self.device))
+            self.train_acc._update_count = count
+            self.train_acc._computed = None
+            self._resumed_train_acc = None
+
+    def _train_acc_state(self) -> tuple[dict[str, Tensor], int]:
+        return ({k: v.detach().clone() for k, v in self.train_acc.metric_state.items()},
+                int(self.train_acc._update_count))
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.trainer.world_size == 1:  # for a checkpoint taken inside this step (see on_save_checkpoint)
+            self._train_acc_at_batch_start = self._train_acc_state()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Metric states are not part of ``state_dict``: keep ``val/acc_best`` for a resumed run."""
+        """Metric states are not part of ``state_dict``: keep ``val/acc_best`` for a resumed run, and in a
+        mid-epoch checkpoint of a single-process run the epoch's ``train/acc`` so far (torchmetrics states), so
+        that the resumed epoch's ``train/acc`` counts all of its batches. (Under DDP each process holds its own
+        counts and rank 0 writes the checkpoint: the resumed epoch's ``train/acc`` counts the batches after it.)"""
         if self.val_acc_best.update_count:  # its updates are synced val/acc values: no collective needed
             checkpoint["val_acc_best"] = float(self.val_acc_best.max_value)
+        trainer = self._trainer
+        if trainer is None or not trainer.training or trainer.world_size != 1:
+            return  # an epoch-end checkpoint (written in validation): the next epoch starts a new train/acc
+        progress = trainer.fit_loop.epoch_loop.batch_progress.current
+        if progress.ready > progress.processed:  # inside a step: Lightning trains this batch again on resume
+            if self._train_acc_at_batch_start is not None:
+                checkpoint["train_acc_state"] = self._train_acc_at_batch_start
+        elif 0 < progress.processed < trainer.num_training_batches:
+            checkpoint["train_acc_state"] = self._train_acc_state()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore ``val/acc_best`` saved by :meth:`on_save_checkpoint` (applied when training starts)."""
+        """Restore ``val/acc_best`` and ``train/acc``'s state saved by :meth:`on_save_checkpoint` (applied when
+        training starts)."""
         value = checkpoint.get("val_acc_best")
         self._resumed_acc_best = None if value is None else float(value)
+        self._resumed_train_acc = checkpoint.get("train_acc_state")
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         loss, logits = self._step(batch)

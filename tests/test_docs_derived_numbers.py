@@ -370,7 +370,7 @@ def compare_claims() -> dict[str, list[str]]:
         ],
         "### Accuracy and cost of every score function": [
             f"(`experiment=compare`, {n} seeds, full training)",
-            f"# {runs} jobs:",
+            f"the {runs} of SST-2 and TREC, published below,",
             f"distinguishable from `scaled_dot` ({signed(sst2('dot')['diff_mean'] * 100, 1)} points)",
             f"no row for `additive`, {sst2('cosine')['saturated_frac']:.1%} for `cosine`",
             f"the **median** over the {WORDS[n]} seeds",

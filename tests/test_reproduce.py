@@ -394,7 +394,9 @@ def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finish
     assert sorted(k for k in after if k.startswith("compare/")) == ["compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]
     assert {k: after[k] for k in after if k.startswith("compare/")} == ours
     others = {k: v for k, v in before.items() if not k.startswith("compare/")}
-    assert len(others) == 88 and {k: after[k] for k in others} == others  # head_dim_sweep 75 + long_context 13
+    # every other stage's record is kept as it was (head_dim_sweep's and long_context's: dozens of them)
+    assert {k.split('/')[0] for k in others} == {'head_dim_sweep', 'long_context'} and len(others) > 50
+    assert {k: after[k] for k in others} == others and set(after) == set(others) | set(ours)
     # the table in docs/results.md is rendered from the published CSV: TREC's rows with the runs' accuracies
     page = (repo / "docs" / "results.md").read_text()
     block = page.split("<!-- generated: docs/results/cpu/compare.csv -->\n", 1)[1].split("<!-- end generated -->")[0]

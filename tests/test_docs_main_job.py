@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -75,6 +76,7 @@ def _sample(text: str) -> dict[str, str]:
     return values
 
 
+@pytest.mark.slow  # a training run (about 20 s)
 def test_the_console_sample_is_what_the_documented_tiny_run_prints(tmp_path, data_dir, cache_dir):
     """README's and running.md's sample headline: the tiny run running.md names, run now, prints the same accuracy
     figures (deterministic) and the same number of figures; the rates, memory and time are the machine's."""

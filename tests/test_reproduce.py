@@ -430,6 +430,7 @@ def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finishe
     assert (out / "compare" / "report" / "report.csv").is_file()  # the report itself is written
 
 
+@pytest.mark.slow  # the publish's other guards run in the default suite
 def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_path, monkeypatch):
     """The published CSV and manifest describe the same jobs: a run put into <out>/compare by hand (no record of
     its commit and command) refuses the publish, naming it."""
@@ -459,6 +460,7 @@ def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_pat
     assert "scripts/report.py failed for compare (its output is above); nothing published" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the publish's other guards run in the default suite
 def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, monkeypatch):
     """An earlier report's plot this report did not draw (a sweep it lacks) is neither published nor left
     published beside the new table; a figure a page shows that the report did not draw refuses the publish."""

@@ -274,7 +274,12 @@ def _order(path: Path, epoch: int) -> list[str]:
     return [r["sha1"] for r in map(json.loads, path.read_text().splitlines()) if r["epoch"] == epoch]
 
 
-@pytest.mark.parametrize("case", list(MID_EPOCH))
+# the default suite resumes the two Ctrl-C stops (after a step, inside one); the other stops run with -m slow
+DEFAULT_MID_EPOCH = ("ctrl_c", "ctrl_c_inside_step")
+
+
+@pytest.mark.parametrize("case", [case if case in DEFAULT_MID_EPOCH else pytest.param(case, marks=pytest.mark.slow)
+                                  for case in MID_EPOCH])
 def test_mid_epoch_resume_is_exact(reference, case):
     """Stopped inside an epoch (Ctrl-C, SIGTERM, Ctrl-C inside a step, the every-N-steps last.ckpt then a hard
     kill, max_steps runs, gradient accumulation), then `ckpt_path=last`: the run ends with exactly the

@@ -371,6 +371,7 @@ def _copy_out(finished_runs, name, tmp_path):
     return out
 
 
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finished_runs, tmp_path, monkeypatch,
                                                                          capsys):
     """The replay: `--stages compare --grid data=sst2 --publish` of one dataset. report.csv then has no `data`
@@ -413,6 +414,7 @@ def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finish
     assert "note: docs/results.md quotes numbers in its prose that its generated tables no longer hold" in printed
 
 
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finished_runs, tmp_path, monkeypatch,
                                                                         capsys):
     """A report whose table cannot be rendered (two rows of trec/scaled_dot: 2 and 3 epochs) publishes nothing:
@@ -430,7 +432,7 @@ def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finishe
     assert (out / "compare" / "report" / "report.csv").is_file()  # the report itself is written
 
 
-@pytest.mark.slow  # the publish's other guards run in the default suite
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_path, monkeypatch):
     """The published CSV and manifest describe the same jobs: a run put into <out>/compare by hand (no record of
     its commit and command) refuses the publish, naming it."""
@@ -446,6 +448,7 @@ def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_
     assert _snapshot(repo) == before
 
 
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_path, monkeypatch, capsys):
     """When report.py fails, <stage>/report/ holds the previous report's files (or a mix): nothing is published
     and the exit status is 1."""
@@ -460,7 +463,7 @@ def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_pat
     assert "scripts/report.py failed for compare (its output is above); nothing published" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # the publish's other guards run in the default suite
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, monkeypatch):
     """An earlier report's plot this report did not draw (a sweep it lacks) is neither published nor left
     published beside the new table; a figure a page shows that the report did not draw refuses the publish."""
@@ -488,6 +491,7 @@ def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, m
     assert _snapshot(repo) == before
 
 
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
     """--report-only: the plan's unfinished job (additive) is not started, the manifest is not touched, and the
     report covers the finished runs."""

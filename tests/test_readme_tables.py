@@ -213,10 +213,13 @@ def test_a_report_of_one_dataset_takes_its_dataset_from_jobs_csv(tmp_path):
     pub.mkdir(parents=True)
     import csv
 
-    with open(pub / "compare.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(without[0]))
-        writer.writeheader()
-        writer.writerows(without)
+    def write_compare_csv(table: list[dict]) -> None:
+        with open(pub / "compare.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(table[0]))
+            writer.writeheader()
+            writer.writerows(table)
+
+    write_compare_csv(without)
     with pytest.raises(ValueError, match=r"docs/results/cpu/compare.csv has no 'data' column and its one value "
                                          r"cannot be taken from docs/results/cpu/compare_jobs.csv \(it is missing\)"):
         tables.render("docs/results/cpu/compare.csv", tmp_path)
@@ -231,11 +234,7 @@ def test_a_report_of_one_dataset_takes_its_dataset_from_jobs_csv(tmp_path):
         tables.render("docs/results/cpu/compare.csv", tmp_path)
     # another setting varying is named with the file (the replay's 2- and 3-epoch runs of one score function)
     (pub / "compare_jobs.csv").write_text("job,data\na,sst2\n")
-    twice = [{**without[0], "trainer.max_epochs": "2"}, {**without[0], "trainer.max_epochs": "3"}]
-    with open(pub / "compare.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(twice[0]))
-        writer.writeheader()
-        writer.writerows(twice)
+    write_compare_csv([{**without[0], "trainer.max_epochs": "2"}, {**without[0], "trainer.max_epochs": "3"}])
     with pytest.raises(ValueError, match=r"^docs/results/cpu/compare.csv: two rows for data=sst2, "
                                          r"attention=scaled_dot: another setting varies \(trainer.max_epochs\)"):
         tables.render("docs/results/cpu/compare.csv", tmp_path)

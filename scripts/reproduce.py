@@ -14,7 +14,7 @@ Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.y
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
 - ``cost``: ``scripts/bench_attention.py`` (time and memory of one attention call per score function and
-  sequence length) and ``scripts/bench_train.py --attention`` (training tokens/s of every score function,
+  sequence length: n = 64 ... 1024 on a CPU, ... 4096 on a GPU; on a CPU with every CPU this process may use) and ``scripts/bench_train.py --attention`` (training tokens/s of every score function,
   interleaved on the same batches: the cost ratios of the Results).
 
 Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
@@ -71,6 +71,9 @@ SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
 ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
+#: the attention benchmark's n on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024 on
+#: 2 cores and grows as n^2 (about 5 min at 4096, three calls a cell); the GPU variant keeps the bench's 64 ... 4096
+CPU_COST_LENGTHS = "64,128,256,512,1024"
 
 
 @dataclass
@@ -477,16 +480,17 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
     main job's step for every score function, interleaved runs, best of 3; ``cost/train_throughput.json``),
     the side-by-side figure the cost ratios of the Results come from."""
     dest = out / "cost"
-    benches = [
-        ("attention", dest / COST_RESULTS["attention"],
-         ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
-         + (["--device", "cuda"] if device == "gpu" else [])),
-    ]
+    attention = ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
+    benches = [("attention", dest / COST_RESULTS["attention"],
+                attention + (["--device", "cuda"] if device == "gpu" else ["--lengths", CPU_COST_LENGTHS]))]
     if device == "cpu":  # bench_train.py measures on the CPU only; on a GPU the compare runs' own rates serve
+        # every CPU this process may use (the benchmarks run alone), not the 1 thread a training job may be given
+        threads = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        benches[0][2].extend(["--threads", threads])
         result = dest / COST_RESULTS["train_throughput"]
         benches.append(("train_throughput", result,
-                        ["scripts/bench_train.py", "--attention", ALL_SCORES, "--repeats", "3", "--json",
-                         str(result)]))
+                        ["scripts/bench_train.py", "--attention", ALL_SCORES, "--repeats", "3", "--threads",
+                         threads, "--json", str(result)]))
     ok = True
     for name, result, args in benches:
         if result.is_file():

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -578,3 +579,38 @@ def test_the_published_mid_epoch_resumes_are_the_ones_docs_results_names():
                and 0 < float(r["resume/batches_done"]) < float(r["resume/batches_per_epoch"])]
     assert (len(rows), len(inexact)) == (75, 4)
     assert "4 of the 75 `head_dim_sweep`\n  runs" in (REPO_ROOT / "docs/results.md").read_text()
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, monkeypatch, device):
+    """On a CPU the attention benchmark stops at n = 1024 (additive's forward+backward at n = 4096 takes minutes
+    a call there) and both benchmarks get one torch thread per CPU this process may use: the stage runs alone.
+    Before: the benchmark swept to n = 4096 (hours on 2 cores) and ran with whatever thread count the caller's
+    environment set (OMP_NUM_THREADS=1 from a training session: one core of two)."""
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        out = cmd[cmd.index("--json") + 1] if "--json" in cmd else cmd[cmd.index("--out") + 1] + "/results.json"
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("{}")
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(reproduce.subprocess, "run", fake_run)
+    monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    manifest = {"jobs": {}}
+    assert reproduce.run_cost(device, tmp_path, manifest, "abc")
+    scripts = [Path(cmd[1]).name for cmd in calls]
+    if device == "cpu":
+        assert scripts == ["bench_attention.py", "bench_train.py"]
+        attention, train = calls
+        assert attention[attention.index("--lengths") + 1] == "64,128,256,512,1024"
+        assert attention[attention.index("--threads") + 1] == "3" and train[train.index("--threads") + 1] == "3"
+        assert train[train.index("--attention") + 1].split(",") == reproduce.ALL_SCORES.split(",")
+    else:
+        assert scripts == ["bench_attention.py"]
+        assert "--lengths" not in calls[0] and calls[0][calls[0].index("--device") + 1] == "cuda"
+    assert {k: v["status"] for k, v in manifest["jobs"].items()} == {
+        f"cost/{name}": "done" for name in (["attention", "train_throughput"] if device == "cpu" else ["attention"])}
+    calls.clear()
+    assert reproduce.run_cost(device, tmp_path, manifest, "abc") and calls == []  # done: skipped

@@ -56,6 +56,7 @@ import pandas as pd
 import yaml
 
 from attnbench.run.console import human_seconds
+from attnbench.run.loggers import csv_log_segments
 
 # The statistics (mean_ci, summarise) and the status names live in the package, where mutation testing reaches them.
 from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
@@ -72,6 +73,7 @@ from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci
     disturbed_runs,
     flatten_config,
     inexact_resumes,
+    join_log_segments,
     resume_record,
     val_loss_epochs,
     format_setting,
@@ -172,29 +174,34 @@ def _failure_record(job_dir: Path) -> dict[str, Any]:
     return record
 
 
+def _csv_history(job_dir: Path, columns: tuple[str, ...]) -> pd.DataFrame | None:
+    """The run's logged ``step`` and ``columns`` (those it has) over every segment of its CSV log (a resumed run has
+    one per segment: :func:`attnbench.run.loggers.csv_log_segments`, joined by
+    :func:`attnbench.report_stats.join_log_segments`); None without a readable log."""
+    frames = []
+    for path in csv_log_segments(job_dir):
+        try:
+            frames.append(pd.read_csv(path, usecols=lambda c: c == "step" or c in columns))
+        except (ValueError, pd.errors.EmptyDataError, OSError):
+            continue
+    frames = [frame for frame in frames if "step" in frame]
+    return join_log_segments(frames) if frames else None
+
+
 def _last_csv_step(job_dir: Path) -> int | None:
-    path = job_dir / "csv" / "metrics.csv"
-    if not path.is_file():
+    history = _csv_history(job_dir, ())
+    if history is None:
         return None
-    try:
-        steps = pd.read_csv(path, usecols=["step"])["step"].dropna()
-    except (ValueError, pd.errors.EmptyDataError):
-        return None
+    steps = pd.to_numeric(history["step"], errors="coerce").dropna()
     return int(steps.max()) if len(steps) else None
 
 
 def _val_history(job_dir: Path) -> dict[str, Any]:
-    """The run's validation history from its ``csv/metrics.csv`` (:func:`attnbench.report_stats.val_loss_epochs`):
-    epochs validated, the epoch of the lowest ``val/loss``, the last validated epoch; ``{}`` without a readable
-    log or any ``val/loss`` in it."""
-    path = job_dir / "csv" / "metrics.csv"
-    if not path.is_file():
-        return {}
-    try:
-        history = pd.read_csv(path, usecols=lambda c: c in ("epoch", "val/loss"))
-    except (ValueError, pd.errors.EmptyDataError, OSError):
-        return {}
-    return val_loss_epochs(history)
+    """The run's validation history from its CSV log, every segment of a resumed run included
+    (:func:`_csv_history`; :func:`attnbench.report_stats.val_loss_epochs`): epochs validated, the epoch of the
+    lowest ``val/loss``, the last validated epoch; ``{}`` without a readable log or any ``val/loss`` in it."""
+    history = _csv_history(job_dir, ("epoch", "val/loss"))
+    return {} if history is None else val_loss_epochs(history)
 
 
 def _load_yaml(path: Path) -> Any:

@@ -22,6 +22,7 @@ import pytest
 from attnbench.report_stats import (
     convergence_counts,
     inexact_resumes,
+    join_log_segments,
     resume_record,
     summarise,
     val_loss_epochs,
@@ -40,6 +41,7 @@ MID_EPOCH = {"batches_done": 498, "batches_per_epoch": 1001, "epoch": 2, "exact"
 # additive-dk256-sst2-s1: killed one batch before the end of epoch 0
 LAST_BATCH = {"batches_done": 1000, "batches_per_epoch": 1001, "epoch": 0, "exact": False,
               "replayed_batches": [0, 0], "unseen_batches": [1000, 1000]}
+VAL_HISTORY = ("val/epochs_validated", "val/loss_lowest_epoch", "val/last_epoch")
 EPOCH_END = {"epoch": 1, "batches_done": 0, "batches_per_epoch": 5, "exact": True}  # tests/test_console.py's
 
 
@@ -242,3 +244,32 @@ def test_an_epoch_end_resume_without_rng_states_is_listed_as_inexact(tmp_path):
     markdown = report.build_report(jobs, swept, "runs", tmp_path / "out", fixed=fixed)
     assert ("| dot-s0 | dot | 1 | 0 / 5 | 0 (checkpoint without RNG states: dropout and batch order differ) | 0 |"
             in markdown)
+
+
+def test_a_resumed_runs_history_joins_its_segments_and_drops_the_replayed_rows():
+    """A resumed run's CSV log comes in segments (``metrics.part1.csv``, then ``metrics.csv``); each later segment
+    supersedes the earlier rows from its first logged step on (those steps were replayed from the checkpoint)."""
+    first = pd.DataFrame({"epoch": [0, 0, 1, 1], "step": [4, 9, 14, 19], "val/loss": [None, 0.45, None, 0.50]})
+    resumed = pd.DataFrame({"epoch": [1, 1, 2], "step": [14, 19, 29], "val/loss": [None, 0.41, 0.43]})
+    joined = join_log_segments([first, resumed])
+    assert joined["step"].tolist() == [4, 9, 14, 19, 29]
+    assert joined["val/loss"].dropna().tolist() == [0.45, 0.41, 0.43]  # epoch 1's replayed 0.50 dropped
+    assert val_loss_epochs(joined) == {"val/epochs_validated": 3, "val/loss_lowest_epoch": 1, "val/last_epoch": 2}
+    empty = pd.DataFrame({"epoch": [], "step": [], "val/loss": []})
+    assert join_log_segments([first, empty])["step"].tolist() == [4, 9, 14, 19]  # killed before it logged
+    assert join_log_segments([]).empty
+    with pytest.raises(KeyError):
+        join_log_segments([pd.DataFrame({"epoch": [0]})])
+
+
+def test_the_report_reads_every_segment_of_a_resumed_runs_csv_log(tmp_path):
+    """Before: the report read ``csv/metrics.csv`` only, which holds the last segment of a resumed run, so a run
+    resumed in its last epoch counted one validated epoch (the published ``head_dim_sweep`` had such a run)."""
+    run = _run(tmp_path, "additive-s1", "additive", 1, 0.81, {2: 0.43}, resume=MID_EPOCH)
+    (run / "csv" / "metrics.part1.csv").write_text(_csv_log({0: 0.45, 1: 0.41}))
+    record = report.read_job(run)
+    assert {k: record[k] for k in VAL_HISTORY} == {"val/epochs_validated": 3, "val/loss_lowest_epoch": 1,
+                                                  "val/last_epoch": 2}
+    (run / "metrics.json").unlink()  # an unfinished run: its last step is the last segment's
+    (run / "csv" / "metrics.csv").write_text("epoch,step,train/loss\n")  # killed before its first row
+    assert report.read_job(run)["last_step"] == 19

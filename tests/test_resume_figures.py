@@ -105,3 +105,24 @@ def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_the
     stats._world_size = 2  # a DDP process does not count a single-process checkpoint's steps (class docstring)
     assert stats.state_dict() == {**earlier, "world_size": 2, "_train_time": 0.0, "_train_cpu": 0.0,
                                   "_train_samples": 0, "_train_tokens": 0, "_train_steps": 0}
+
+
+def test_a_run_resumed_between_epochs_reports_the_validation_history_of_the_whole_run(toy, tmp_path):  # noqa: F811
+    """Stopped after epoch 0 and resumed to 2 epochs: the report's validation history (from the CSV log, which a
+    resume writes in segments) is the uninterrupted run's. Before: 1 epoch validated (the last segment's only)."""
+    import importlib.util
+
+    from .conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run_in_process(toy, whole, "trainer.max_epochs=2")
+    run_in_process(toy, resumed, "trainer.max_epochs=1")
+    (resumed / "metrics.json").unlink()
+    run_in_process(toy, resumed, "trainer.max_epochs=2", "ckpt_path=last")
+    assert (resumed / "csv" / "metrics.part1.csv").is_file()
+    history = report._val_history(resumed)
+    assert history["val/epochs_validated"] == 2 and history["val/last_epoch"] == 1
+    assert history == report._val_history(whole)

@@ -203,6 +203,25 @@ def inexact_resumes(jobs: pd.DataFrame) -> pd.Series:
     return jobs["resume/exact"].map(inexact).astype(bool)
 
 
+def join_log_segments(segments: list[pd.DataFrame]) -> pd.DataFrame:
+    """One run's logged history from the CSV logs of its segments, oldest first (an interrupted run resumed from a
+    checkpoint writes one log per segment: :func:`attnbench.run.loggers.csv_log_segments`).
+
+    A resumed segment replays the steps after its checkpoint, so each segment's rows supersede the earlier
+    segments' rows from its first logged ``step`` on; a segment without rows supersedes nothing. Every segment
+    needs a ``step`` column (``KeyError`` otherwise); columns are the union of the segments'. Returns the joined
+    rows in order (index 0..n-1); an empty frame for no segments.
+    """
+    kept: list[pd.DataFrame] = []
+    for later in segments:
+        steps = pd.to_numeric(later["step"], errors="coerce").dropna()
+        if not steps.empty:
+            first = steps.min()
+            kept = [seg[pd.to_numeric(seg["step"], errors="coerce") < first] for seg in kept]
+        kept.append(later)
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame()
+
+
 def val_loss_epochs(history: pd.DataFrame) -> dict[str, Any]:
     """The :data:`VAL_HISTORY_COLUMNS` of one run's logged metrics (``csv/metrics.csv``: columns ``epoch`` and
     ``val/loss``, one row per logged step; rows without a ``val/loss`` are ignored).

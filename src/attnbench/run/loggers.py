@@ -171,3 +171,19 @@ def make_csv_logger(save_dir: Path) -> CSVLogger:
         current.rename(current.parent / f"metrics.part{part}.csv")
         log.info("Kept the earlier CSV log as %s", current.parent / f"metrics.part{part}.csv")
     return CSVLogger(save_dir=str(save_dir), name="csv", version="")
+
+
+def csv_log_segments(save_dir: Path) -> list[Path]:
+    """The CSV logs :func:`make_csv_logger` wrote into ``save_dir/csv``, oldest first: ``metrics.part1.csv``,
+    ``metrics.part2.csv``, ... (one per earlier segment of a resumed run), then ``metrics.csv``; ``[]`` when there
+    is none. A reader of the run's history must read them all (a resumed segment's ``metrics.csv`` starts at its
+    resume step); :func:`attnbench.report_stats.join_log_segments` joins them."""
+    folder = Path(save_dir) / "csv"
+    parts = []
+    part = 1
+    while (folder / f"metrics.part{part}.csv").is_file():
+        parts.append(folder / f"metrics.part{part}.csv")
+        part += 1
+    if (folder / "metrics.csv").is_file():
+        parts.append(folder / "metrics.csv")
+    return parts

@@ -442,18 +442,27 @@ def _wandb_stopped_by(summary: dict[str, Any], config: dict[str, Any]) -> str | 
     return None
 
 
-def _wandb_val_history(run: Any) -> dict[str, Any]:
+def _wandb_val_history(*segments: Any) -> dict[str, Any]:
     """A W&B run's validation history (:func:`attnbench.report_stats.val_loss_epochs` of its logged ``epoch`` and
-    ``val/loss``, ``run.history(keys=...)``), as a run dir's ``csv/metrics.csv`` gives it; ``{}`` where the run has
-    no history or it cannot be read (the report stands without it)."""
-    history = getattr(run, "history", None)
-    if not callable(history):
+    ``val/loss``, ``run.history(keys=...)``), as a run dir's CSV log gives it; ``{}`` where the run has no history
+    or it cannot be read (the report stands without it). An offline-resumed run is one W&B run per segment, oldest
+    first: their histories are joined on Lightning's ``trainer/global_step``
+    (:func:`attnbench.report_stats.join_log_segments`), a later segment replacing the replayed steps."""
+    frames = []
+    for run in segments:
+        history = getattr(run, "history", None)
+        if not callable(history):
+            continue
+        try:
+            frame = pd.DataFrame(history(keys=["epoch", "val/loss", "trainer/global_step"], pandas=True))
+        except Exception:  # noqa: BLE001 - a history the API cannot give: no columns, no failed report
+            continue
+        frames.append(frame.rename(columns={"trainer/global_step": "step"}))
+    if not frames:
         return {}
-    try:
-        frame = history(keys=["epoch", "val/loss"], pandas=True)
-        return val_loss_epochs(pd.DataFrame(frame))
-    except Exception:  # noqa: BLE001 - a history the API cannot give: no columns, no failed report
-        return {}
+    if len(frames) > 1 and all("step" in frame for frame in frames):
+        return val_loss_epochs(join_log_segments(frames))
+    return val_loss_epochs(frames[-1])  # one segment, or segments without steps: the last one's own history
 
 
 def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
@@ -461,7 +470,9 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
 
     Each run's settings are its run config (the resolved Hydra config train.py stores), flattened, with
     ``attention`` and ``data`` taken from ``attention.name`` and ``data.name``; its metrics are the numbers of
-    its summary, and its validation history the ``val/*`` epoch columns (:func:`_wandb_val_history`). A run whose
+    its summary, and its validation history the ``val/*`` epoch columns (:func:`_wandb_val_history`). A run resumed
+    offline is one W&B run per segment, each naming the one it continues (``resumed_from`` in its config): it is
+    read as one job, the last segment's, with every segment's history. A run whose
     state is not ``finished`` counts as failed; one the wall-time cap stopped before its
     budget is marked ``stopped_by`` as its ``metrics.json`` would be (:func:`_wandb_stopped_by`). Runs of ``job_type`` ``report``
     (summary runs written by ``--wandb``) are skipped.
@@ -485,10 +496,17 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
             f"{type(err).__name__}: {' '.join(str(err).split())[:300]}. Reading runs from W&B needs network access "
             "and credentials (`wandb login` or WANDB_API_KEY); offline, pass the run dirs instead."
         ) from None
+    # an offline-resumed run continues as a new W&B run whose config names the one it resumed (resumed_from): one
+    # job, its segments' histories joined; the earlier segments are not jobs of their own (they never finished)
+    by_id = {getattr(run, "id", None): run for run in runs}
+    continued = {str((run.config or {}).get("resumed_from")) for run in runs if (run.config or {}).get("resumed_from")}
     records = []
     for run in runs:
-        if getattr(run, "job_type", None) == "report":
+        if getattr(run, "job_type", None) == "report" or getattr(run, "id", None) in continued:
             continue
+        segments = [run]
+        while (earlier := by_id.get((segments[0].config or {}).get("resumed_from"))) and earlier not in segments:
+            segments.insert(0, earlier)
         config = dict(run.config or {})
         settings = flatten_config(config)
         for name in ("attention", "data"):
@@ -499,7 +517,7 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
-        record.update(_wandb_val_history(run))
+        record.update(_wandb_val_history(*segments))
         if stopped_by := _wandb_stopped_by(dict(run.summary), config):
             record["stopped_by"] = stopped_by
         record["status"] = STATUS_OK if run.state == "finished" and ACC in summary else STATUS_FAILED

@@ -223,7 +223,7 @@ def test_the_val_loss_history_of_a_wandb_run():
     run = SimpleNamespace(history=history)
     assert report._wandb_val_history(run) == {"val/epochs_validated": 3, "val/loss_lowest_epoch": 1,
                                               "val/last_epoch": 2}
-    assert calls == [(("epoch", "val/loss"), True)]
+    assert calls == [(("epoch", "val/loss", "trainer/global_step"), True)]
 
     def broken(keys, pandas):
         raise ConnectionError("offline")

@@ -557,3 +557,36 @@ def test_run_guards_and_budget_pointers_do_not_separate_groups(tmp_path, key, va
     assert len(table) == 2 and set(table["n"]) == {2}
     cosine = table[table["attention"] == "cosine"].iloc[0]
     assert cosine["diff_n"] == 2 and cosine["diff_mean"] == pytest.approx(((0.78 - 0.80) + (0.81 - 0.82)) / 2, abs=1e-12)
+
+
+def test_an_offline_resumed_wandb_run_is_one_job_with_its_whole_history():
+    """Resumed offline, a run continues as a new W&B run whose config names the one it resumed (``resumed_from``,
+    attnbench.run.loggers). Before: the interrupted segment counted as a failed job, the resumed one's history was
+    its own epochs only, and ``resumed_from`` (present in one run of the variant) split the variant in two."""
+    def history_of(rows):
+        def history(keys, pandas):
+            return pd.DataFrame(rows, columns=["epoch", "val/loss", "trainer/global_step"])[list(keys)]
+        return history
+
+    runs = []
+    for seed, acc in ((0, 0.80), (1, 0.82)):
+        runs.append(FakeRun(id=f"whole{seed}", name=f"scaled_dot-sst2-s{seed}", url=f"u{seed}",
+                            config=_config("scaled_dot", seed, run=seed), summary={"test/acc": acc},
+                            state="finished", job_type=None,
+                            history=history_of([(0, 0.45, 9), (1, 0.41, 19), (2, 0.43, 29)])))
+    first = FakeRun(id="seg1", name="additive-sst2-s0", url="a1", config=_config("additive", 0, run=2),
+                    summary={"_step": 20}, state="crashed", job_type=None,
+                    history=history_of([(0, 0.47, 9), (1, 0.40, 19), (2, 0.60, 25)]))  # killed at step 25
+    resumed_config = {**_config("additive", 0, run=2), "resumed_from": "seg1"}
+    second = FakeRun(id="seg2", name="additive-sst2-s0", url="a2", config=resumed_config,
+                     summary={"test/acc": 0.78}, state="finished", job_type=None,
+                     history=history_of([(2, 0.44, 29)]))  # resumed from the step-19 checkpoint
+    jobs, swept, _ = report.read_wandb("me/attnbench", None, api=FakeApi([*runs, second, first]))
+    assert len(jobs) == 3 and set(jobs["status"]) == {"finished"}
+    assert swept == ["attention", "seed"]  # resumed_from is no setting
+    additive = jobs.set_index("job").loc["additive-sst2-s0"]
+    assert (additive["val/epochs_validated"], additive["val/loss_lowest_epoch"], additive["val/last_epoch"]) == (
+        3, 1, 2)
+    assert additive["dir"] == "a2" and additive["test/acc"] == 0.78
+    table = report.summarise(jobs, swept).set_index("attention")
+    assert table.loc["additive", "n"] == 1

@@ -286,6 +286,8 @@ IRRELEVANT_KEYS = (
     # settings they split runs of one variant into groups (jobs from before such a key existed lack it).
     # max_length_by_data.<dataset> reaches the run as data.max_length, in the same way.
     "trainer.max_time", "test_batches_if_stopped", "budget", "max_length_by_data",
+    # the W&B run an offline-resumed run continues (attnbench.run.loggers): a pointer, not a setting
+    "resumed_from",
 )
 # Config groups whose choice (``attention=additive``) names a setting; the others (logger, callbacks, hydra/*)
 # do not change what a run measures.

@@ -521,6 +521,69 @@ def report(stage: str, out: Path) -> bool:
     return rc == 0
 
 
+#: the files of a run its report reads (``scripts/report.py``: ``read_job``): published with the report as the run's
+#: record, under ``docs/results/<device>/runs/<stage>/<run>/``, so the published tables can be recomputed from the
+#: repository and a reproduction continued on another machine (``--from-published``); checkpoints, W&B files and
+#: logs stay in ``<out>``
+RUN_RECORD_FILES = ("metrics.json", "failure.json", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
+                    "csv/metrics*.csv")
+
+
+def copy_run_record(run_dir: Path, dest: Path) -> list[Path]:
+    """Copy ``run_dir``'s :data:`RUN_RECORD_FILES` into ``dest`` (made), keeping their relative paths; returns the
+    files written."""
+    written = []
+    for pattern in RUN_RECORD_FILES:
+        for src in sorted(run_dir.glob(pattern)):
+            target = dest / src.relative_to(run_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+            written.append(target)
+    return written
+
+
+def report_run_dirs(stage_dir: Path) -> list[Path]:
+    """The run dirs a stage's report covers: the ``dir`` column of ``<stage_dir>/report/jobs.csv`` (jobs that were
+    never started have none)."""
+    import csv
+
+    jobs_csv = stage_dir / "report" / "jobs.csv"
+    if not jobs_csv.is_file():
+        return []
+    with open(jobs_csv, newline="") as f:
+        return [Path(row["dir"]) for row in csv.DictReader(f) if row.get("dir")]
+
+
+def restore_published_runs(stages: list[str], out: Path, device: str, manifest: dict, dry_run: bool = False
+                           ) -> list[str]:
+    """``--from-published``: copy every published run record (``docs/results/<device>/runs/<stage>/<run>``) whose
+    run ``<out>/<stage>/<run>`` does not exist into ``<out>``, with its record in the published ``manifest.json``
+    (``restored_from`` added) into ``manifest``; the plan then counts it done, and the next report and publication
+    include it. Returns ``<stage>/<run>`` of every run restored (with ``dry_run``: that would be; nothing copied).
+
+    Raises:
+        SystemExit: a published run record has no record in the published manifest (its commit is unknown).
+    """
+    pub = REPO_ROOT / "docs" / "results" / device
+    published = json.loads((pub / "manifest.json").read_text()) if (pub / "manifest.json").is_file() else {}
+    todo: dict[str, Path] = {}
+    for stage in stages:
+        for record in [*sorted((pub / "runs" / stage).glob("*/metrics.json")),
+                       *sorted((pub / "runs" / stage).glob("*/failure.json"))]:
+            run = record.parent
+            if not (out / stage / run.name).exists():
+                todo.setdefault(f"{stage}/{run.name}", run)
+    unknown = [key for key in todo if key not in published.get("jobs", {})]
+    if unknown:  # checked before anything is copied
+        raise SystemExit(f"--from-published: {todo[unknown[0]]} has no record in {pub / 'manifest.json'} "
+                         f"({len(unknown)} run(s) so); its commit and command are unknown, so nothing was restored")
+    for key, run in todo.items():
+        if not dry_run:
+            shutil.copytree(run, out / key)
+            manifest["jobs"][key] = {**published["jobs"][key], "restored_from": str(run.relative_to(REPO_ROOT))}
+    return list(todo)
+
+
 class PublishError(SystemExit):
     """Publishing refused: nothing under docs/ was changed. Printed as one message, exit status 1."""
 
@@ -593,7 +656,8 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
     Every file is first written to a staging copy of README.md and docs/: the stage's ``<stage>.csv``
     (report.csv), ``<stage>_jobs.csv`` (jobs.csv, one row per run), the plots the report drew (``started``: the
     report's start, ``time.time()``; the stage's other published plots are removed: they would be an earlier
-    report's), ``train_throughput.json`` (the ``cost`` stage), and ``manifest.json`` merged per stage
+    report's), each run's record (:data:`RUN_RECORD_FILES`, in ``runs/<stage>/<run>/``: exactly the report's runs),
+    ``train_throughput.json`` (the ``cost`` stage), and ``manifest.json`` merged per stage
     (:func:`merged_manifest`). The tables are rendered from the staged files (``scripts/readme_tables.py``);
     only when every step succeeded are the changed files moved into place.
 
@@ -632,6 +696,14 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 raise PublishError(f"{dest / 'report.csv'} does not exist (scripts/report.py wrote no table of "
                                    f"{out / stage}); see its output above")
             shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
+            records = pub / "runs" / stage  # the runs of this report, none of an earlier publication's
+            if records.exists():
+                removed += [p for p in records.rglob("*") if p.is_file()]
+                shutil.rmtree(records)
+            for run_dir in report_run_dirs(out / stage):
+                if not copy_run_record(run_dir, records / run_dir.name):
+                    raise PublishError(f"{run_dir} holds none of a run's record files ({', '.join(RUN_RECORD_FILES)})"
+                                       ": the report read a run this publication cannot record")
             jobs_csv = pub / f"{stage}_jobs.csv"
             if (dest / "jobs.csv").is_file():
                 shutil.copyfile(dest / "jobs.csv", jobs_csv)
@@ -723,6 +795,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="copy the report tables (<stage>.csv, <stage>_jobs.csv: one row per run) and figures "
                              "to docs/results/<device>/ and regenerate the "
                              "README/docs tables (scripts/readme_tables.py)")
+    parser.add_argument("--from-published", action="store_true",
+                        help="first copy the published run records of the stages (docs/results/<device>/runs/, "
+                             "written by --publish) that <out> lacks into <out>, with their manifest records: "
+                             "continue a reproduction on another machine, or re-report published runs")
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
@@ -740,6 +816,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     lock = None if args.dry_run or args.write_estimates else lock_results_dir(out)  # noqa: F841 - held until exit
     manifest = load_manifest(out)
+    if args.from_published:
+        restored = restore_published_runs([s for s in stages if s in TRAIN_STAGES], out, args.device, manifest,
+                                          dry_run=args.dry_run)
+        if not args.dry_run:
+            save_manifest(out, manifest)
+        print(f"--from-published: {'would restore' if args.dry_run else 'restored'} {len(restored)} published run(s) "
+              f"into {out}" + (" (the plan below counts them as still to run)" if args.dry_run and restored else ""))
     jobs = plan(stages, out, args.grid, args.extra)
     table = estimates(args.device, out, manifest)
     commit = git_commit()

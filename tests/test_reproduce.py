@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from types import SimpleNamespace
@@ -514,6 +515,31 @@ def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
         reproduce.main(["--out", str(out), "--report-only", "--no-report"])
 
 
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
+def test_the_published_run_records_recompute_the_published_tables(finished_runs, tmp_path, monkeypatch):
+    """--publish keeps each reported run's record (no checkpoint, no log) in docs/results/cpu/runs/<stage>/; from
+    those alone, on a machine without the results dir (--from-published into an empty one), the report is the
+    published one. Before: the published tables' runs lived only in the results dir of the machine that ran them."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    repo = _fake_repo(tmp_path)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    args = ["--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot", "--report-only"]
+    assert reproduce.main(["--out", str(out), *args, "--publish"]) == 0
+    pub = repo / "docs" / "results" / "cpu"
+    assert sorted(p.name for p in (pub / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
+    kept = {str(p.relative_to(pub / "runs")) for p in (pub / "runs").rglob("*") if p.is_file()}
+    assert "compare/dot-trec-s0/metrics.json" in kept and "compare/dot-trec-s0/.hydra/overrides.yaml" in kept
+    assert not [p for p in kept if p.endswith((".ckpt", ".log"))]
+    fresh = tmp_path / "fresh"
+    assert reproduce.main(["--out", str(fresh), *args, "--from-published"]) == 0
+    assert (fresh / "compare" / "report" / "report.csv").read_bytes() == (pub / "compare.csv").read_bytes()
+    paths = ["dir", "best_checkpoint", "wandb_run_dir"]  # where the runs lie: the one difference
+    again = pd.read_csv(fresh / "compare" / "report" / "jobs.csv").drop(columns=paths, errors="ignore")
+    pd.testing.assert_frame_equal(again, pd.read_csv(pub / "compare_jobs.csv").drop(columns=paths, errors="ignore"))
+    restored = json.loads((fresh / "manifest.json").read_text())["jobs"]
+    assert restored["compare/dot-trec-s0"]["restored_from"] == "docs/results/cpu/runs/compare/dot-trec-s0"
+
+
 def test_the_plan_columns_add_up(tmp_path, capsys):
     """`jobs 2, done 0, resume 1, to run 2` read as three jobs: the last column counted the resumed job too.
     Now jobs = done + resume + start."""
@@ -614,3 +640,60 @@ def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, mon
         f"cost/{name}": "done" for name in (["attention", "train_throughput"] if device == "cpu" else ["attention"])}
     calls.clear()
     assert reproduce.run_cost(device, tmp_path, manifest, "abc") and calls == []  # done: skipped
+
+
+def _fake_run(root, name, acc, failed=False):
+    """A run dir as train.py leaves it: the record files the report reads, plus files a record leaves out."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / "csv").mkdir()
+    (run / "checkpoints").mkdir()
+    for f in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        (run / ".hydra" / f).write_text(f"# {name} {f}\n")
+    (run / "csv" / "metrics.part1.csv").write_text("epoch,step\n0,4\n")
+    (run / "csv" / "metrics.csv").write_text("epoch,step\n1,9\n")
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (run / "train.log").write_text("log\n")
+    if failed:
+        (run / "failure.json").write_text(json.dumps({"status": "failed", "error": "boom"}))
+    else:
+        (run / "metrics.json").write_text(json.dumps({"test/acc": acc}))
+    return run
+
+
+def test_published_run_records_restore_into_a_new_results_dir(tmp_path, monkeypatch):
+    """--from-published: the records --publish keeps (docs/results/<device>/runs/) come back into an empty results
+    dir with their manifest records, and the plan then counts the finished ones done; a run the results dir has
+    already is left alone, and a record without a manifest entry is refused."""
+    repo = tmp_path / "repo"
+    runs = repo / "docs" / "results" / "cpu" / "runs" / "compare"
+    for name, acc in (("dot-trec-s0", 0.8), ("scaled_dot-trec-s0", 0.9)):
+        written = reproduce.copy_run_record(_fake_run(tmp_path / "made", name, acc), runs / name)
+        assert sorted(str(p.relative_to(runs / name)) for p in written) == [
+            ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "csv/metrics.csv",
+            "csv/metrics.part1.csv", "metrics.json"]  # no checkpoint, no log
+    reproduce.copy_run_record(_fake_run(tmp_path / "made", "additive-trec-s0", None, failed=True),
+                              runs / "additive-trec-s0")
+    published = {f"compare/{n}": {"commits": ["abc"], "status": "done", "seconds": 1.0}
+                 for n in ("dot-trec-s0", "scaled_dot-trec-s0", "additive-trec-s0")}
+    (repo / "docs" / "results" / "cpu" / "manifest.json").write_text(json.dumps({"jobs": published}))
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    out = tmp_path / "out"
+    _fake_run(out / "compare", "dot-trec-s0", 0.7)  # already here: kept, not overwritten
+    manifest = {"jobs": {}}
+    assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest, dry_run=True) == [
+        "compare/scaled_dot-trec-s0", "compare/additive-trec-s0"]
+    assert not (out / "compare" / "scaled_dot-trec-s0").exists() and manifest == {"jobs": {}}
+    assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == [
+        "compare/scaled_dot-trec-s0", "compare/additive-trec-s0"]
+    assert json.loads((out / "compare" / "scaled_dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.9}
+    assert json.loads((out / "compare" / "dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.7}
+    assert manifest["jobs"]["compare/scaled_dot-trec-s0"] == {
+        **published["compare/scaled_dot-trec-s0"], "restored_from": "docs/results/cpu/runs/compare/scaled_dot-trec-s0"}
+    assert set(manifest["jobs"]) == {"compare/scaled_dot-trec-s0", "compare/additive-trec-s0"}
+    assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == []  # nothing left to restore
+    reproduce.copy_run_record(_fake_run(tmp_path / "made", "l2-trec-s0", 0.5), runs / "l2-trec-s0")
+    other = tmp_path / "other"
+    with pytest.raises(SystemExit, match="l2-trec-s0 has no record in .*manifest.json .1 run.s. so.*nothing was"):
+        reproduce.restore_published_runs(["compare"], other, "cpu", {"jobs": {}})
+    assert not other.exists()  # checked first: nothing half-restored

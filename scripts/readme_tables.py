@@ -304,6 +304,57 @@ def render_train_throughput(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the rows of the published attention benchmark table: (score, path) in this order, and how each row is named
+BENCH_ROWS = (
+    ("sdpa_scaled_dot", "sdpa", "SDPA (`F.scaled_dot_product_attention`)"),
+    ("dot", "fast", "`dot`"), ("scaled_dot", "fast", "`scaled_dot`"), ("general", "fast", "`general`"),
+    ("cosine", "fast", "`cosine`"), ("euclidean", "fast", "`euclidean`"), ("l2", "fast", "`l2` (cdist, no SDPA)"),
+    ("additive", "fast", "`additive` (query blocks, recomputed in backward)"),
+    ("scaled_dot", "naive", "`scaled_dot`, naive softmax(QKᵀ/√d)V"),
+    ("additive", "naive", "`additive`, naive (B·H·n·n·d_a tensor)"),
+)
+
+
+def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
+    """``scripts/bench_attention.py``'s ``results.json`` (the ``cost`` stage of scripts/reproduce.py, published as
+    ``docs/results/<device>/attention_cost.json``): at ``n`` and head dim ``d``, per :data:`BENCH_ROWS` row the
+    median time of one call (forward, and forward+backward) in ms and the forward+backward peak memory in MiB, each
+    with its multiple of the SDPA row's. A row the benchmark skipped (memory) or lacks shows its status or "–".
+
+    Raises:
+        KeyError: the results have no SDPA row at ``n``, ``d`` (both modes): nothing to take multiples of.
+    """
+    cells = {(r["score"], r["path"], r["mode"]): r for r in data["rows"] if r["n"] == n and r["d"] == d}
+    meta = data.get("meta", {})
+
+    def value(score: str, path: str, mode: str, key: str, scale: float) -> float | None:
+        row = cells.get((score, path, mode))
+        return row[key] * scale if row and row.get("status") == "ok" and row.get(key) is not None else None
+
+    base = {mode: value("sdpa_scaled_dot", "sdpa", mode, "time_s", 1e3) for mode in ("fwd", "fwd_bwd")}
+    base_mem = value("sdpa_scaled_dot", "sdpa", "fwd_bwd", "peak_mem_bytes", 2.0 ** -20)
+    if None in base.values() or base_mem is None:
+        raise KeyError(f"no SDPA row at n={n}, d={d} in both modes: the table's multiples need it")
+    batch, heads = next(iter(cells.values()))["batch"], next(iter(cells.values()))["heads"]
+    lines = [f"| B={batch}, H={heads}, n={n}, d={d}, {(meta.get('config') or {}).get('threads', '?')} thread(s) | fwd | × SDPA | "
+             "fwd+bwd | × SDPA | fwd+bwd peak memory | × SDPA |", "|---|---|---|---|---|---|---|"]
+
+    def fmt(x: float | None, unit: str) -> str:
+        return "–" if x is None else f"{x:,.3g} {unit}" if x < 100 else f"{x:,.0f} {unit}"
+
+    def times(x: float | None, ref: float) -> str:
+        return "–" if x is None else f"{x / ref:.1f}" if x / ref >= 10 else f"{x / ref:.2f}"
+
+    for score, path, name in BENCH_ROWS:
+        if not any((score, path, mode) in cells for mode in ("fwd", "fwd_bwd")):
+            continue
+        fwd, both = (value(score, path, mode, "time_s", 1e3) for mode in ("fwd", "fwd_bwd"))
+        mem = value(score, path, "fwd_bwd", "peak_mem_bytes", 2.0 ** -20)
+        lines.append(f"| {name} | {fmt(fwd, 'ms')} | {times(fwd, base['fwd'])} | {fmt(both, 'ms')} | "
+                     f"{times(both, base['fwd_bwd'])} | {fmt(mem, 'MiB')} | {times(mem, base_mem)} |")
+    return "\n".join(lines) + "\n"
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
@@ -312,6 +363,7 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
+RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
 
 
 def markdown_files(root: Path = REPO_ROOT) -> list[Path]:

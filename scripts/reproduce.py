@@ -656,8 +656,9 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
     Every file is first written to a staging copy of README.md and docs/: the stage's ``<stage>.csv``
     (report.csv), ``<stage>_jobs.csv`` (jobs.csv, one row per run), the plots the report drew (``started``: the
     report's start, ``time.time()``; the stage's other published plots are removed: they would be an earlier
-    report's), each run's record (:data:`RUN_RECORD_FILES`, in ``runs/<stage>/<run>/``: exactly the report's runs),
-    ``train_throughput.json`` (the ``cost`` stage), and ``manifest.json`` merged per stage
+    report's), the ``cost`` stage's ``attention_cost.json`` (``bench_attention.py``'s results.json) with its plots
+    (``cost_*.png``) and ``train_throughput.json``, each run's record (:data:`RUN_RECORD_FILES`, in
+    ``runs/<stage>/<run>/``: exactly the report's runs), and ``manifest.json`` merged per stage
     (:func:`merged_manifest`). The tables are rendered from the staged files (``scripts/readme_tables.py``);
     only when every step succeeded are the changed files moved into place.
 
@@ -687,6 +688,12 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 throughput = out / "cost" / COST_RESULTS["train_throughput"]
                 if throughput.is_file():
                     shutil.copyfile(throughput, pub / "train_throughput.json")
+                    published.append(stage)
+                bench = out / "cost" / COST_RESULTS["attention"]
+                if bench.is_file():  # the benchmark's own output and its plots (time and memory vs n, time vs d)
+                    shutil.copyfile(bench, pub / "attention_cost.json")
+                    for png in bench.parent.glob("*.png"):
+                        shutil.copyfile(png, pub / f"cost_{png.name}")
                     published.append(stage)
                 continue
             if not (out / stage).is_dir():

@@ -202,6 +202,37 @@ def test_train_throughput_table_from_bench_train_json():
     assert tables.RENDERERS["docs/results/cpu/train_throughput.json"] is tables.render_train_throughput
 
 
+def test_attention_cost_table_from_the_benchmarks_own_results_json():
+    """The cost stage's attention benchmark, published as the bench wrote it (results.json): the table at n=1024,
+    d=64 takes times and memory from its rows, multiples of the SDPA row (worked by hand here); a row skipped for
+    memory shows "–", and another n is not mixed in."""
+    def row(score, path, mode, time_s, mem=None, n=1024, status="ok"):
+        return {"score": score, "path": path, "mode": mode, "n": n, "d": 64, "batch": 4, "heads": 4,
+                "time_s": time_s, "peak_mem_bytes": mem, "status": status}
+
+    mib = 2 ** 20
+    data = {"meta": {"config": {"threads": 2}}, "rows": [
+        row("sdpa_scaled_dot", "sdpa", "fwd", 0.050), row("sdpa_scaled_dot", "sdpa", "fwd_bwd", 0.100, 20 * mib),
+        row("scaled_dot", "fast", "fwd", 0.055), row("scaled_dot", "fast", "fwd_bwd", 0.110, 20 * mib),
+        row("additive", "fast", "fwd", 6.0), row("additive", "fast", "fwd_bwd", 15.0, 300 * mib),
+        row("additive", "naive", "fwd", None, status="skipped_mem"),
+        row("additive", "naive", "fwd_bwd", None, status="skipped_mem"),
+        row("scaled_dot", "fast", "fwd_bwd", 9.9, 99 * mib, n=512),  # another n: not in the table
+    ]}
+    table = tables.render_bench_attention(data)
+    lines = table.splitlines()
+    assert lines[0].startswith("| B=4, H=4, n=1024, d=64, 2 thread(s) | fwd | × SDPA |")
+    assert "| SDPA (`F.scaled_dot_product_attention`) | 50 ms | 1.00 | 100 ms | 1.00 | 20 MiB | 1.00 |" in lines
+    assert "| `scaled_dot` | 55 ms | 1.10 | 110 ms | 1.10 | 20 MiB | 1.00 |" in lines
+    assert ("| `additive` (query blocks, recomputed in backward) | 6,000 ms | 120.0 | 15,000 ms | 150.0 | 300 MiB | "
+            "15.0 |") in lines
+    assert "| `additive`, naive (B·H·n·n·d_a tensor) | – | – | – | – | – | – |" in lines
+    assert len(lines) == 2 + 4  # header, rule, the four (score, path) pairs measured or skipped at n=1024
+    assert tables.RENDERERS["docs/results/cpu/attention_cost.json"] is tables.render_bench_attention
+    with pytest.raises(KeyError, match="no SDPA row at n=1024, d=64"):
+        tables.render_bench_attention({"rows": [r for r in data["rows"] if r["score"] != "sdpa_scaled_dot"]})
+
+
 def test_a_report_of_one_dataset_takes_its_dataset_from_jobs_csv(tmp_path):
     """`reproduce.py --stages compare --grid data=sst2 --publish`: report.py names only the settings that vary, so
     the report of one dataset has no `data` column, and rendering it raised `ValueError: report.csv has no 'data'

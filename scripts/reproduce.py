@@ -14,8 +14,9 @@ Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.y
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
 - ``cost``: ``scripts/bench_attention.py`` (time and memory of one attention call per score function and
-  sequence length: n = 64 ... 1024 on a CPU, ... 4096 on a GPU; on a CPU with every CPU this process may use) and ``scripts/bench_train.py --attention`` (training tokens/s of every score function,
-  interleaved on the same batches: the cost ratios of the Results).
+  sequence length: n = 64 ... 1024 on a CPU, ... 4096 on a GPU) and ``scripts/bench_train.py --attention``
+  (training tokens/s of every score function, interleaved on the same batches: the cost ratios of the Results);
+  on a CPU both with every CPU this process may use.
 
 Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).

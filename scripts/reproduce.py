@@ -14,9 +14,9 @@ Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.y
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
 - ``cost``: ``scripts/bench_attention.py`` (time and memory of one attention call per score function and
-  sequence length: n = 64 ... 1024 on a CPU, ... 4096 on a GPU) and ``scripts/bench_train.py --attention``
-  (training tokens/s of every score function, interleaved on the same batches: the cost ratios of the Results);
-  on a CPU both with every CPU this process may use.
+  sequence length: n = 64 ... 1024 and d at n = 256 on a CPU, n ... 4096 on a GPU) and
+  ``scripts/bench_train.py --attention`` (training tokens/s of every score function, interleaved on the same
+  batches: the cost ratios of the Results); on a CPU both with every CPU this process may use.
 
 Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
@@ -72,9 +72,11 @@ SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
 ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
-#: the attention benchmark's n on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024 on
-#: 2 cores and grows as n^2 (about 5 min at 4096, three calls a cell); the GPU variant keeps the bench's 64 ... 4096
-CPU_COST_LENGTHS = "64,128,256,512,1024"
+#: the attention benchmark's sizes on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024
+#: on 2 cores and grows as n^2 (about 5 min at 4096, several calls a cell), and as d in the d sweep (75 s at d = 256),
+#: so n stops at 1024 and the d sweep runs at n = 256 (the whole benchmark: about 10 min); the GPU variant keeps the
+#: bench's n = 64 ... 4096 and its d sweep at n = 1024
+CPU_COST_ARGS = ("--lengths", "64,128,256,512,1024", "--at-n", "256")
 
 
 @dataclass
@@ -483,7 +485,7 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
     dest = out / "cost"
     attention = ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
     benches = [("attention", dest / COST_RESULTS["attention"],
-                attention + (["--device", "cuda"] if device == "gpu" else ["--lengths", CPU_COST_LENGTHS]))]
+                attention + (["--device", "cuda"] if device == "gpu" else list(CPU_COST_ARGS)))]
     if device == "cpu":  # bench_train.py measures on the CPU only; on a GPU the compare runs' own rates serve
         # every CPU this process may use (the benchmarks run alone), not the 1 thread a training job may be given
         threads = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)

@@ -609,8 +609,8 @@ def test_the_published_mid_epoch_resumes_are_the_ones_docs_results_names():
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
 def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, monkeypatch, device):
-    """On a CPU the attention benchmark stops at n = 1024 (additive's forward+backward at n = 4096 takes minutes
-    a call there) and both benchmarks get one torch thread per CPU this process may use: the stage runs alone.
+    """On a CPU the attention benchmark stops at n = 1024 and sweeps d at n = 256 (additive's forward+backward at
+    n = 4096 takes minutes a call there, at n = 1024 and d = 256 over a minute) and both benchmarks get one torch thread per CPU this process may use: the stage runs alone.
     Before: the benchmark swept to n = 4096 (hours on 2 cores) and ran with whatever thread count the caller's
     environment set (OMP_NUM_THREADS=1 from a training session: one core of two)."""
     calls = []
@@ -631,6 +631,7 @@ def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, mon
         assert scripts == ["bench_attention.py", "bench_train.py"]
         attention, train = calls
         assert attention[attention.index("--lengths") + 1] == "64,128,256,512,1024"
+        assert attention[attention.index("--at-n") + 1] == "256"  # the d sweep
         assert attention[attention.index("--threads") + 1] == "3" and train[train.index("--threads") + 1] == "3"
         assert train[train.index("--attention") + 1].split(",") == reproduce.ALL_SCORES.split(",")
     else:

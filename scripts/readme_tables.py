@@ -3,7 +3,7 @@
 
 A generated table sits between two markers in any ``*.md`` file of the repository root or ``docs/``::
 
-    <!-- generated: docs/results/attention_cost_cpu.json -->
+    <!-- generated: docs/results/cpu/attention_cost.json -->
     | ... the table ... |
     <!-- end generated -->
 
@@ -70,18 +70,6 @@ def _fmt_ratio(value: float, digits: int = 2) -> str:
 def _fmt_num(value: float) -> str:
     """104 -> '104', 22.1 -> '22.1' (as the measurement was written down)."""
     return f"{value:g}"
-
-
-def render_attention_cost(data: dict) -> str:
-    """Time and peak memory of each score function, and both as multiples of the baseline row (SDPA)."""
-    rows = data["rows"]
-    base = next(r for r in rows if r["name"] == data["baseline"])
-    lines = ["| B=4, H=4, fwd+bwd | time | × SDPA | peak memory | × SDPA |", "|---|---|---|---|---|"]
-    for r in rows:
-        mem_ratio = r["peak_mib"] / base["peak_mib"]
-        lines.append(f"| {r['name']} | {_fmt_num(r['time_ms'])} ms | {_fmt_ratio(r['time_ms'] / base['time_ms'])} | "
-                     f"{_fmt_num(r['peak_mib'])} MiB | {_fmt_ratio(mem_ratio, 1 if mem_ratio >= 10 else 2)} |")
-    return "\n".join(lines) + "\n"
 
 
 def _signed(value: float) -> str:
@@ -286,7 +274,6 @@ def render_long_context(rows: list[dict[str, str]]) -> str:
 
 
 RENDERERS: dict[str, Callable[[Any], str]] = {
-    "docs/results/attention_cost_cpu.json": render_attention_cost,
     "docs/results/batching_accuracy_sst2.json": render_batching_accuracy,
 }
 #: the experiments' report tables, by stage (scripts/reproduce.py's names), for each device's folder

@@ -30,28 +30,33 @@ def test_every_generated_table_matches_its_source():
     assert all((REPO_ROOT / source).is_file() for source in found)
 
 
+def _bench_results(sdpa_s: float = 0.100, l2_s: float = 0.222) -> dict:
+    """A bench_attention.py results.json with SDPA's and l2's rows at n=1024, d=64 (both modes)."""
+    rows = [{"score": score, "path": path, "mode": mode, "n": 1024, "d": 64, "batch": 4, "heads": 4,
+             "time_s": t, "peak_mem_bytes": 2 ** 20, "status": "ok"}
+            for score, path, t in (("sdpa_scaled_dot", "sdpa", sdpa_s), ("l2", "fast", l2_s))
+            for mode in ("fwd", "fwd_bwd")]
+    return {"meta": {"config": {"threads": 2}}, "rows": rows}
+
+
 def test_check_fails_on_a_drifted_number(tmp_path):
-    (tmp_path / "docs" / "results").mkdir(parents=True)
-    source = json.loads((REPO_ROOT / "docs" / "results" / "attention_cost_cpu.json").read_text())
-    (tmp_path / "docs" / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
-    good = tables.render("docs/results/attention_cost_cpu.json")
+    (tmp_path / "docs" / "results" / "cpu").mkdir(parents=True)
+    source_path = tmp_path / "docs" / "results" / "cpu" / "attention_cost.json"
+    source_path.write_text(json.dumps(_bench_results()))
+    good = tables.render("docs/results/cpu/attention_cost.json", tmp_path)
+    assert "| 2.22 |" in good  # l2: 0.222 s / 0.100 s
     page = tmp_path / "docs" / "cost.md"
-    page.write_text(f"text\n<!-- generated: docs/results/attention_cost_cpu.json -->\n{good}<!-- end generated -->\nmore\n")
+    page.write_text(f"text\n<!-- generated: docs/results/cpu/attention_cost.json -->\n{good}<!-- end generated -->\nmore\n")
     assert tables.main(["--check", "--root", str(tmp_path)]) == 0
-    page.write_text(page.read_text().replace("| 2.22 |", "| 2.08 |"))  # the drift the audit found
+    page.write_text(page.read_text().replace("| 2.22 |", "| 2.08 |"))  # a hand-edited ratio
     assert tables.main(["--check", "--root", str(tmp_path)]) == 1
     assert tables.main(["--root", str(tmp_path)]) == 0  # rewrite ...
     assert "| 2.22 |" in page.read_text() and tables.main(["--check", "--root", str(tmp_path)]) == 0
-    source["rows"][-1]["time_ms"] = 208  # ... and an edited source changes the derived ratio
-    (tmp_path / "docs" / "results" / "attention_cost_cpu.json").write_text(json.dumps(source))
+    source_path.write_text(json.dumps(_bench_results(l2_s=0.208)))  # ... and an edited source changes the ratio
     assert tables.main(["--check", "--root", str(tmp_path)]) == 1
 
 
 def test_derived_columns_by_hand():
-    cost = tables.render_attention_cost({"baseline": "b", "rows": [{"name": "b", "time_ms": 104, "peak_mib": 22.1},
-                                                                  {"name": "x", "time_ms": 231, "peak_mib": 264}]})
-    assert cost.splitlines()[2] == "| b | 104 ms | 1.00 | 22.1 MiB | 1.00 |"
-    assert cost.splitlines()[3] == "| x | 231 ms | 2.22 | 264 MiB | 11.9 |"  # 231/104, 264/22.1
     runs = [{"batching": b, "seed": seed, "test/acc": acc, "val/acc_best": 0.5 + (seed == 1) * (b == "random") * 0.03}
             for b, values in (("random", (0.80, 0.81, 0.79)), ("length_grouped", (0.81, 0.83, 0.80)))
             for seed, acc in enumerate(values)]

@@ -1,0 +1,57 @@
+"""The published tables come back from the repository alone: ``scripts/reproduce.py --publish`` keeps each reported
+run's record (the files ``scripts/report.py`` reads) in ``docs/results/cpu/runs/<stage>/``, and the report of those
+records is the published ``<stage>.csv`` and ``<stage>_jobs.csv``, run for run (docs/results.md, "Run records").
+
+The stages published before records were kept have none: their run dirs were lost with the machine that ran them.
+They are named here, so that a stage published without its records fails the first test instead of passing by
+having nothing to check (until one is published with records, the second test has no stage to check; the
+mechanism itself is tested end to end in tests/test_reproduce.py, on real tiny runs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+
+from .conftest import REPO_ROOT
+
+PUB = REPO_ROOT / "docs" / "results" / "cpu"
+#: published before ``--publish`` kept run records; their run dirs are gone (docs/results.md says so). A stage
+#: published again with its records leaves this set.
+WITHOUT_RECORDS = {"compare", "head_dim_sweep", "long_context"}
+#: where the runs lay when reported: the one column a report of the records writes differently
+PATH_COLUMNS = ["dir", "best_checkpoint", "wandb_run_dir"]
+
+_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def _stages_with_records() -> list[str]:
+    runs = PUB / "runs"
+    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+
+
+def test_every_published_stage_has_its_run_records_or_is_named_as_lacking_them():
+    published = {p.stem for p in PUB.glob("*.csv") if not p.stem.endswith("_jobs")}
+    with_records = set(_stages_with_records())
+    assert not with_records & WITHOUT_RECORDS
+    assert with_records | WITHOUT_RECORDS == published
+
+
+@pytest.mark.parametrize("stage", _stages_with_records())
+def test_the_published_tables_are_the_report_of_the_published_run_records(stage, tmp_path):
+    jobs, swept, fixed = report.read_runs([PUB / "runs" / stage])
+    report.build_report(jobs, swept, f"docs/results/cpu/runs/{stage}", tmp_path, fixed=fixed)
+    assert (tmp_path / "report.csv").read_bytes() == (PUB / f"{stage}.csv").read_bytes()
+    again = pd.read_csv(tmp_path / "jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
+    published = pd.read_csv(PUB / f"{stage}_jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
+    pd.testing.assert_frame_equal(again, published)
+    # every record is a run the published manifest describes (its commit and command), and no other
+    manifest = json.loads((PUB / "manifest.json").read_text())["jobs"]
+    records = {f"{stage}/{p.name}" for p in (PUB / "runs" / stage).iterdir() if p.is_dir()}
+    assert records == {k for k in manifest if k.startswith(f"{stage}/")}
+    assert len(records) == len(published)

@@ -528,6 +528,10 @@ def report(stage: str, out: Path) -> bool:
 #: record, under ``docs/results/<device>/runs/<stage>/<run>/``, so the published tables can be recomputed from the
 #: repository and a reproduction continued on another machine (``--from-published``); checkpoints, W&B files and
 #: logs stay in ``<out>``
+#: ``docs/results/<device>/<PROGRESS>/``: records of finished runs not yet published (``--save-progress``)
+PROGRESS = "progress"
+PROGRESS_NOTE = ("records of finished runs not yet published, kept by scripts/reproduce.py --save-progress so that "
+                 "a reproduction can continue on another machine (--from-published restores them); not Results")
 RUN_RECORD_FILES = ("metrics.json", "failure.json", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                     "csv/metrics*.csv")
 
@@ -557,34 +561,77 @@ def report_run_dirs(stage_dir: Path) -> list[Path]:
         return [Path(row["dir"]) for row in csv.DictReader(f) if row.get("dir")]
 
 
+def _record_sources(device: str) -> list[tuple[Path, dict]]:
+    """Where run records are kept, in the order ``--from-published`` takes them: the published ones
+    (``docs/results/<device>/runs/``, ``manifest.json``), then the unpublished ones ``--save-progress`` kept
+    (``docs/results/<device>/progress/runs/``, ``progress/manifest.json``); each with its manifest."""
+    pub = REPO_ROOT / "docs" / "results" / device
+    sources = []
+    for root in (pub, pub / PROGRESS):
+        manifest = root / "manifest.json"
+        sources.append((root, json.loads(manifest.read_text()) if manifest.is_file() else {}))
+    return sources
+
+
 def restore_published_runs(stages: list[str], out: Path, device: str, manifest: dict, dry_run: bool = False
                            ) -> list[str]:
-    """``--from-published``: copy every published run record (``docs/results/<device>/runs/<stage>/<run>``) whose
-    run ``<out>/<stage>/<run>`` does not exist into ``<out>``, with its record in the published ``manifest.json``
-    (``restored_from`` added) into ``manifest``; the plan then counts it done, and the next report and publication
-    include it. Returns ``<stage>/<run>`` of every run restored (with ``dry_run``: that would be; nothing copied).
+    """``--from-published``: copy every kept run record (``docs/results/<device>/runs/<stage>/<run>``, then the
+    unpublished ones of ``progress/runs/``: :func:`_record_sources`) whose run ``<out>/<stage>/<run>`` does not
+    exist into ``<out>``, with its manifest record (``restored_from`` added) into ``manifest``; the plan then counts
+    it done, and the next report and publication include it. Returns ``<stage>/<run>`` of every run restored (with
+    ``dry_run``: that would be; nothing copied).
 
     Raises:
-        SystemExit: a published run record has no record in the published manifest (its commit is unknown).
+        SystemExit: a kept run record has no record in its manifest (its commit is unknown); nothing is copied.
     """
-    pub = REPO_ROOT / "docs" / "results" / device
-    published = json.loads((pub / "manifest.json").read_text()) if (pub / "manifest.json").is_file() else {}
-    todo: dict[str, Path] = {}
-    for stage in stages:
-        for record in [*sorted((pub / "runs" / stage).glob("*/metrics.json")),
-                       *sorted((pub / "runs" / stage).glob("*/failure.json"))]:
-            run = record.parent
-            if not (out / stage / run.name).exists():
-                todo.setdefault(f"{stage}/{run.name}", run)
-    unknown = [key for key in todo if key not in published.get("jobs", {})]
+    todo: dict[str, tuple[Path, dict]] = {}
+    for root, kept in _record_sources(device):
+        for stage in stages:
+            for record in [*sorted((root / "runs" / stage).glob("*/metrics.json")),
+                           *sorted((root / "runs" / stage).glob("*/failure.json"))]:
+                run = record.parent
+                if not (out / stage / run.name).exists():
+                    todo.setdefault(f"{stage}/{run.name}", (run, kept))
+    unknown = [key for key, (_, kept) in todo.items() if key not in kept.get("jobs", {})]
     if unknown:  # checked before anything is copied
-        raise SystemExit(f"--from-published: {todo[unknown[0]]} has no record in {pub / 'manifest.json'} "
-                         f"({len(unknown)} run(s) so); its commit and command are unknown, so nothing was restored")
-    for key, run in todo.items():
+        raise SystemExit(f"--from-published: {todo[unknown[0]][0]} has no record in the manifest.json beside its "
+                         f"runs/ ({len(unknown)} run(s) so); its commit and command are unknown, so nothing was "
+                         "restored")
+    for key, (run, kept) in todo.items():
         if not dry_run:
             shutil.copytree(run, out / key)
-            manifest["jobs"][key] = {**published["jobs"][key], "restored_from": str(run.relative_to(REPO_ROOT))}
+            manifest["jobs"][key] = {**kept["jobs"][key], "restored_from": str(run.relative_to(REPO_ROOT))}
     return list(todo)
+
+
+def save_progress(stages: list[str], out: Path, device: str, manifest: dict) -> list[str]:
+    """``--save-progress``: keep the record of every finished run of ``stages`` in ``<out>`` (its ``metrics.json``
+    written) in ``docs/results/<device>/progress/runs/<stage>/<run>/`` with its manifest record in
+    ``progress/manifest.json``, unless the published records hold that run from the same commits; commit them, and
+    ``--from-published`` restores them on another machine (a reproduction that outlasts one machine). Runs of a
+    stage ``--publish`` later publishes are removed from ``progress/``. Returns ``<stage>/<run>`` of the runs kept
+    by this call."""
+    (pub, published), (progress, kept) = _record_sources(device)
+    kept = {"what": PROGRESS_NOTE, **kept, "jobs": dict(kept.get("jobs", {}))}
+    saved = []
+    for stage in stages:
+        for metrics in sorted((out / stage).glob("*/metrics.json")):
+            run = metrics.parent
+            key = f"{stage}/{run.name}"
+            if key not in manifest.get("jobs", {}):
+                continue  # not run through reproduce.py: its commit is unknown (publish refuses it too)
+            if (pub / "runs" / key).is_dir() and published.get("jobs", {}).get(key, {}).get("commits") == \
+                    manifest["jobs"][key].get("commits"):
+                continue  # published already
+            if (progress / "runs" / key).exists():
+                shutil.rmtree(progress / "runs" / key)
+            copy_run_record(run, progress / "runs" / key)
+            kept["jobs"][key] = manifest["jobs"][key]
+            saved.append(key)
+    if saved:
+        kept["jobs"] = dict(sorted(kept["jobs"].items()))
+        (progress / "manifest.json").write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+    return saved
 
 
 class PublishError(SystemExit):
@@ -707,9 +754,15 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                                    f"{out / stage}); see its output above")
             shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
             records = pub / "runs" / stage  # the runs of this report, none of an earlier publication's
-            if records.exists():
-                removed += [p for p in records.rglob("*") if p.is_file()]
-                shutil.rmtree(records)
+            for old_records in (records, pub / PROGRESS / "runs" / stage):  # progress kept for it: published now
+                if old_records.exists():
+                    removed += [p for p in old_records.rglob("*") if p.is_file()]
+                    shutil.rmtree(old_records)
+            progress_manifest = pub / PROGRESS / "manifest.json"
+            if progress_manifest.is_file():
+                kept = json.loads(progress_manifest.read_text())
+                kept["jobs"] = {k: v for k, v in kept.get("jobs", {}).items() if not k.startswith(f"{stage}/")}
+                progress_manifest.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
             for run_dir in report_run_dirs(out / stage):
                 if not copy_run_record(run_dir, records / run_dir.name):
                     raise PublishError(f"{run_dir} holds none of a run's record files ({', '.join(RUN_RECORD_FILES)})"
@@ -769,7 +822,12 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 shutil.copyfile(staged, tmp_target)
                 tmp_target.replace(target)
             for path in removed:
-                (REPO_ROOT / path.relative_to(stage_root)).unlink(missing_ok=True)
+                target = REPO_ROOT / path.relative_to(stage_root)
+                target.unlink(missing_ok=True)
+                for folder in target.parents:  # a run record's folders, left empty
+                    if folder == REPO_ROOT / "docs" / "results" or not folder.is_dir() or any(folder.iterdir()):
+                        break
+                    folder.rmdir()
         except OSError as err:
             raise PublishError(f"could not write {err.filename}: {err.strerror}") from None
         written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]
@@ -806,9 +864,14 @@ def main(argv: list[str] | None = None) -> int:
                              "to docs/results/<device>/ and regenerate the "
                              "README/docs tables (scripts/readme_tables.py)")
     parser.add_argument("--from-published", action="store_true",
-                        help="first copy the published run records of the stages (docs/results/<device>/runs/, "
-                             "written by --publish) that <out> lacks into <out>, with their manifest records: "
-                             "continue a reproduction on another machine, or re-report published runs")
+                        help="first copy the kept run records of the stages (docs/results/<device>/runs/, "
+                             "written by --publish, then progress/runs/, by --save-progress) that <out> lacks into "
+                             "<out>, with their manifest records: continue a reproduction on another machine, or "
+                             "re-report published runs")
+    parser.add_argument("--save-progress", action="store_true",
+                        help="run no job: keep the records of the stages' finished runs that are not published "
+                             "in docs/results/<device>/progress/ (commit them; --from-published restores them "
+                             "on another machine)")
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
@@ -824,8 +887,12 @@ def main(argv: list[str] | None = None) -> int:
     stages = [s for s in STAGES if s in stages]  # always in the documented order
     out = (args.out or REPO_ROOT / "results" / args.device).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    lock = None if args.dry_run or args.write_estimates else lock_results_dir(out)  # noqa: F841 - held until exit
+    lock = None if args.dry_run or args.write_estimates or args.save_progress else lock_results_dir(out)  # noqa: F841
     manifest = load_manifest(out)
+    if args.save_progress:  # no plan, no lock: it reads finished runs only, also while a reproduction runs
+        saved = save_progress([s for s in stages if s in TRAIN_STAGES], out, args.device, manifest)
+        print(f"--save-progress: kept {len(saved)} finished run(s) in docs/results/{args.device}/{PROGRESS}/")
+        return 0
     if args.from_published:
         restored = restore_published_runs([s for s in stages if s in TRAIN_STAGES], out, args.device, manifest,
                                           dry_run=args.dry_run)

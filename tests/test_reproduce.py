@@ -524,8 +524,13 @@ def test_the_published_run_records_recompute_the_published_tables(finished_runs,
     repo = _fake_repo(tmp_path)
     monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
     args = ["--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot", "--report-only"]
+    assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0  # kept before ...
+    progress = repo / "docs" / "results" / "cpu" / "progress"
+    assert sorted(p.name for p in (progress / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
     assert reproduce.main(["--out", str(out), *args, "--publish"]) == 0
     pub = repo / "docs" / "results" / "cpu"
+    assert not (progress / "runs" / "compare").exists()  # ... and published now: no longer progress
+    assert json.loads((progress / "manifest.json").read_text())["jobs"] == {}
     assert sorted(p.name for p in (pub / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
     kept = {str(p.relative_to(pub / "runs")) for p in (pub / "runs").rglob("*") if p.is_file()}
     assert "compare/dot-trec-s0/metrics.json" in kept and "compare/dot-trec-s0/.hydra/overrides.yaml" in kept
@@ -695,6 +700,42 @@ def test_published_run_records_restore_into_a_new_results_dir(tmp_path, monkeypa
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == []  # nothing left to restore
     reproduce.copy_run_record(_fake_run(tmp_path / "made", "l2-trec-s0", 0.5), runs / "l2-trec-s0")
     other = tmp_path / "other"
-    with pytest.raises(SystemExit, match="l2-trec-s0 has no record in .*manifest.json .1 run.s. so.*nothing was"):
+    with pytest.raises(SystemExit, match=r"l2-trec-s0 has no record in the manifest.json beside its runs/ "
+                                         r"\(1 run\(s\) so\).*nothing was"):
         reproduce.restore_published_runs(["compare"], other, "cpu", {"jobs": {}})
     assert not other.exists()  # checked first: nothing half-restored
+
+
+def test_unpublished_runs_kept_by_save_progress_restore_on_another_machine(tmp_path, monkeypatch, capsys):
+    """--save-progress keeps the records of finished runs not yet published (docs/results/<device>/progress/, with
+    their manifest records) while the reproduction still runs (no lock), and --from-published on a new results
+    dir restores them after the published ones; an unfinished run and a run with no manifest record are not kept,
+    and a run published from the same commits is not kept twice."""
+    repo = tmp_path / "repo"
+    pub = repo / "docs" / "results" / "cpu"
+    reproduce.copy_run_record(_fake_run(tmp_path / "made", "dot-trec-s0", 0.8), pub / "runs" / "compare" / "dot-trec-s0")
+    (pub / "manifest.json").write_text(json.dumps({"jobs": {"compare/dot-trec-s0": {"commits": ["abc"]}}}))
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    out = tmp_path / "machine1"
+    for name in ("dot-trec-s0", "scaled_dot-trec-s0", "cosine-trec-s0"):
+        _fake_run(out / "compare", name, 0.9)
+    _fake_run(out / "compare", "additive-trec-s0", None, failed=True)  # not finished: nothing to keep
+    (out / "compare" / "l2-trec-s0").mkdir()  # started, no metrics.json yet
+    records = {f"compare/{n}": {"commits": ["abc"], "status": "done"}
+               for n in ("dot-trec-s0", "scaled_dot-trec-s0", "additive-trec-s0", "l2-trec-s0")}  # cosine: none
+    (out / "manifest.json").write_text(json.dumps({"jobs": records}))
+    reproduce.lock_results_dir(out)  # a reproduction running on it
+    assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0
+    assert "kept 1 finished run(s) in docs/results/cpu/progress/" in capsys.readouterr().out
+    progress = pub / "progress"
+    assert sorted(p.name for p in (progress / "runs" / "compare").iterdir()) == ["scaled_dot-trec-s0"]
+    kept = json.loads((progress / "manifest.json").read_text())
+    assert kept["jobs"] == {"compare/scaled_dot-trec-s0": {"commits": ["abc"], "status": "done"}}
+    assert "not Results" in kept["what"]
+    fresh = tmp_path / "machine2"
+    manifest = {"jobs": {}}
+    assert reproduce.restore_published_runs(["compare"], fresh, "cpu", manifest) == [
+        "compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]
+    assert manifest["jobs"]["compare/scaled_dot-trec-s0"]["restored_from"] == \
+        "docs/results/cpu/progress/runs/compare/scaled_dot-trec-s0"
+    assert (fresh / "compare" / "scaled_dot-trec-s0" / "metrics.json").is_file()

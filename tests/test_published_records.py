@@ -55,3 +55,17 @@ def test_the_published_tables_are_the_report_of_the_published_run_records(stage,
     records = {f"{stage}/{p.name}" for p in (PUB / "runs" / stage).iterdir() if p.is_dir()}
     assert records == {k for k in manifest if k.startswith(f"{stage}/")}
     assert len(records) == len(published)
+
+
+def test_the_cross_machine_figures_of_the_determinism_section():
+    """docs/sweeps.md, Determinism: the published seed-0 scaled_dot SST-2 run (compare_jobs.csv), the same job run
+    on another machine (its record, kept by --save-progress in docs/results/cpu/progress/), and the spread of the
+    published seeds (compare.csv acc_std), as the page prints them."""
+    text = " ".join((REPO_ROOT / "docs" / "sweeps.md").read_text().split())
+    published = pd.read_csv(PUB / "compare_jobs.csv").set_index("job").loc["scaled_dot-sst2-s0", "test/acc"]
+    again = json.loads((PUB / "progress" / "runs" / "compare" / "scaled_dot-sst2-s0" / "metrics.json").read_text())
+    rows = pd.read_csv(PUB / "compare.csv").set_index(["data", "attention"])
+    assert (f"reached test/acc {published:.4f} on the machine that published `compare` (commit `57b5f5b`" in text)
+    assert f"and {again['test/acc']:.4f} on another 2-core" in text
+    assert f"against a spread of ±{rows.loc[('sst2', 'scaled_dot'), 'acc_std']:.4f} (std)" in text
+    assert published != again["test/acc"]

@@ -306,7 +306,7 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     """``scripts/bench_attention.py``'s ``results.json`` (the ``cost`` stage of scripts/reproduce.py, published as
     ``docs/results/<device>/attention_cost.json``): at ``n`` and head dim ``d``, per :data:`BENCH_ROWS` row the
     median time of one call (forward, and forward+backward) in ms and the forward+backward peak memory in MiB, each
-    with its multiple of the SDPA row's. A row the benchmark skipped (memory) or lacks shows its status or "–".
+    with its multiple of the SDPA row's. A cell the benchmark skipped (memory) or did not measure shows "–".
 
     Raises:
         KeyError: the results have no SDPA row at ``n``, ``d`` (both modes): nothing to take multiples of.

@@ -279,8 +279,8 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     """One job's record: ``job``, ``dir``, ``status``, its settings (:func:`run_settings`), and its metrics.
 
     ``status`` is ``finished`` when ``metrics.json`` exists; otherwise
-    ``failed`` when ``train.log`` has an ERROR line or the job left ``failure.json`` (the error in ``error``),
-    and ``incomplete`` when it has neither (killed, or still running); both carry
+    ``failed`` when its ``failure.json`` says so (the error in ``error``) or, for a run without one, ``train.log``
+    has an ERROR line; ``incomplete`` otherwise (interrupted: Ctrl-C, SIGTERM; killed; or still running); both carry
     ``last_step``, the last step in the CSV log. Every job with a CSV log carries its validation history
     (``val/epochs_validated``, ``val/loss_lowest_epoch``, ``val/last_epoch``: :func:`_val_history`); a resumed run
     its ``resume`` record as the ``resume/*`` columns (:func:`attnbench.report_stats.resume_record`: exact or not,
@@ -304,8 +304,12 @@ def read_job(job_dir: Path) -> dict[str, Any]:
         record["status"] = STATUS_OK
     else:
         failure = _failure_record(job_dir)
-        failed = failure.get("status") == "failed"  # "interrupted" (Ctrl-C, SIGTERM) is not a failure
-        record["error"] = _last_error(job_dir) or (failure.get("error") if failed else None)
+        if failure:  # what the run said of its end: "interrupted" (Ctrl-C, SIGTERM, also logged as an ERROR
+            # line) is not a failure; its record (scripts/reproduce.py) has failure.json, not train.log
+            record["error"] = (failure.get("error") or _last_error(job_dir)) if failure.get("status") == "failed" \
+                else None
+        else:  # a run from before failure.json: its log's last ERROR line
+            record["error"] = _last_error(job_dir)
         record["status"] = STATUS_FAILED if record["error"] else STATUS_INCOMPLETE
         record["last_step"] = _last_csv_step(job_dir)
     record.update(settings)
@@ -465,6 +469,47 @@ def _wandb_val_history(*segments: Any) -> dict[str, Any]:
     return val_loss_epochs(frames[-1])  # one segment, or segments without steps: the last one's own history
 
 
+def _resumed_chains(runs: list[Any]) -> list[list[Any]]:
+    """The jobs among W&B runs, each as its segments oldest first. An offline-resumed run continues as a new W&B
+    run whose config names the one whose checkpoint it resumed (``resumed_from``, :mod:`attnbench.run.loggers`):
+    runs linked so are one job. Its last segment is the newest run of the group that finished with a ``test/acc``
+    (else the newest run no other run resumes from; newest by ``created_at`` where the API gives it), and its
+    segments are that run and the runs it resumed from, back to the first; a segment abandoned beside them (it
+    crashed before its first checkpoint, so the next one resumed from the same run) is no job of its own. A link
+    to a run outside ``runs``, to itself or round in a cycle ends the chain."""
+    by_id = {str(run.id): run for run in runs if getattr(run, "id", None) is not None}
+
+    def previous(run: Any) -> Any:
+        earlier = by_id.get(str((run.config or {}).get("resumed_from")))
+        return earlier if earlier is not run else None
+
+    group = {id(run): id(run) for run in runs}  # union-find over the links: one group per job
+
+    def root(key: int) -> int:
+        while group[key] != key:
+            group[key] = group[group[key]]
+            key = group[key]
+        return key
+
+    for run in runs:
+        if (earlier := previous(run)) is not None:
+            group[root(id(run))] = root(id(earlier))
+    members: dict[int, list[Any]] = {}
+    for run in runs:
+        members.setdefault(root(id(run)), []).append(run)
+    chains = []
+    for group_runs in members.values():
+        resumed = {id(earlier) for run in group_runs if (earlier := previous(run)) is not None}
+        finished = [r for r in group_runs if r.state == "finished" and ACC in dict(r.summary or {})]
+        last = max(finished or [r for r in group_runs if id(r) not in resumed] or group_runs,
+                   key=lambda r: str(getattr(r, "created_at", "") or ""))
+        segments = [last]
+        while (earlier := previous(segments[0])) is not None and earlier not in segments:
+            segments.insert(0, earlier)
+        chains.append(segments)
+    return chains
+
+
 def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.DataFrame, list[str], dict[str, str]]:
     """Runs of a W&B project (optionally one group) through the public API, as :func:`read_job` records.
 
@@ -496,17 +541,9 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
             f"{type(err).__name__}: {' '.join(str(err).split())[:300]}. Reading runs from W&B needs network access "
             "and credentials (`wandb login` or WANDB_API_KEY); offline, pass the run dirs instead."
         ) from None
-    # an offline-resumed run continues as a new W&B run whose config names the one it resumed (resumed_from): one
-    # job, its segments' histories joined; the earlier segments are not jobs of their own (they never finished)
-    by_id = {getattr(run, "id", None): run for run in runs}
-    continued = {str((run.config or {}).get("resumed_from")) for run in runs if (run.config or {}).get("resumed_from")}
     records = []
-    for run in runs:
-        if getattr(run, "job_type", None) == "report" or getattr(run, "id", None) in continued:
-            continue
-        segments = [run]
-        while (earlier := by_id.get((segments[0].config or {}).get("resumed_from"))) and earlier not in segments:
-            segments.insert(0, earlier)
+    for segments in _resumed_chains([run for run in runs if getattr(run, "job_type", None) != "report"]):
+        run = segments[-1]
         config = dict(run.config or {})
         settings = flatten_config(config)
         for name in ("attention", "data"):

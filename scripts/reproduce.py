@@ -562,12 +562,13 @@ def report_run_dirs(stage_dir: Path) -> list[Path]:
 
 
 def _record_sources(device: str) -> list[tuple[Path, dict]]:
-    """Where run records are kept, in the order ``--from-published`` takes them: the published ones
-    (``docs/results/<device>/runs/``, ``manifest.json``), then the unpublished ones ``--save-progress`` kept
-    (``docs/results/<device>/progress/runs/``, ``progress/manifest.json``); each with its manifest."""
+    """Where run records are kept, in the order ``--from-published`` takes them: the unpublished ones
+    ``--save-progress`` kept (``docs/results/<device>/progress/runs/``, ``progress/manifest.json``), which it keeps
+    only when they are not the published run, then the published ones (``docs/results/<device>/runs/``,
+    ``manifest.json``); each with its manifest."""
     pub = REPO_ROOT / "docs" / "results" / device
     sources = []
-    for root in (pub, pub / PROGRESS):
+    for root in (pub / PROGRESS, pub):  # progress first: kept after the publication, so newer where both hold a run
         manifest = root / "manifest.json"
         sources.append((root, json.loads(manifest.read_text()) if manifest.is_file() else {}))
     return sources
@@ -575,10 +576,11 @@ def _record_sources(device: str) -> list[tuple[Path, dict]]:
 
 def restore_published_runs(stages: list[str], out: Path, device: str, manifest: dict, dry_run: bool = False
                            ) -> list[str]:
-    """``--from-published``: copy every kept run record (``docs/results/<device>/runs/<stage>/<run>``, then the
-    unpublished ones of ``progress/runs/``: :func:`_record_sources`) whose run ``<out>/<stage>/<run>`` does not
-    exist into ``<out>``, with its manifest record (``restored_from`` added) into ``manifest``; the plan then counts
-    it done, and the next report and publication include it. Returns ``<stage>/<run>`` of every run restored (with
+    """``--from-published``: copy every kept run record (the unpublished ones of ``progress/runs/``, then
+    ``docs/results/<device>/runs/<stage>/<run>``: :func:`_record_sources`) whose run ``<out>/<stage>/<run>`` does
+    not exist into ``<out>``, with its manifest record (``restored_from`` added) into ``manifest``; the plan then
+    counts a finished one done (a failed or unfinished one runs again, from the start), and the next report and
+    publication include it as it was. Returns ``<stage>/<run>`` of every run restored (with
     ``dry_run``: that would be; nothing copied).
 
     Raises:
@@ -587,9 +589,7 @@ def restore_published_runs(stages: list[str], out: Path, device: str, manifest: 
     todo: dict[str, tuple[Path, dict]] = {}
     for root, kept in _record_sources(device):
         for stage in stages:
-            for record in [*sorted((root / "runs" / stage).glob("*/metrics.json")),
-                           *sorted((root / "runs" / stage).glob("*/failure.json"))]:
-                run = record.parent
+            for run in sorted(p for p in (root / "runs" / stage).glob("*") if p.is_dir()):  # finished or not
                 if not (out / stage / run.name).exists():
                     todo.setdefault(f"{stage}/{run.name}", (run, kept))
     unknown = [key for key, (_, kept) in todo.items() if key not in kept.get("jobs", {})]
@@ -601,17 +601,17 @@ def restore_published_runs(stages: list[str], out: Path, device: str, manifest: 
         if not dry_run:
             shutil.copytree(run, out / key)
             manifest["jobs"][key] = {**kept["jobs"][key], "restored_from": str(run.relative_to(REPO_ROOT))}
-    return list(todo)
+    return sorted(todo)
 
 
 def save_progress(stages: list[str], out: Path, device: str, manifest: dict) -> list[str]:
     """``--save-progress``: keep the record of every finished run of ``stages`` in ``<out>`` (its ``metrics.json``
     written) in ``docs/results/<device>/progress/runs/<stage>/<run>/`` with its manifest record in
     ``progress/manifest.json``, unless the published records hold that run from the same commits; commit them, and
-    ``--from-published`` restores them on another machine (a reproduction that outlasts one machine). Runs of a
-    stage ``--publish`` later publishes are removed from ``progress/``. Returns ``<stage>/<run>`` of the runs kept
+    ``--from-published`` restores them on another machine (a reproduction that outlasts one machine). A run a later
+    ``--publish`` reports leaves ``progress/`` (its record is then in ``runs/``); the others stay. Returns ``<stage>/<run>`` of the runs kept
     by this call."""
-    (pub, published), (progress, kept) = _record_sources(device)
+    (progress, kept), (pub, published) = _record_sources(device)
     kept = {"what": PROGRESS_NOTE, **kept, "jobs": dict(kept.get("jobs", {}))}
     saved = []
     for stage in stages:
@@ -754,16 +754,19 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                                    f"{out / stage}); see its output above")
             shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
             records = pub / "runs" / stage  # the runs of this report, none of an earlier publication's
-            for old_records in (records, pub / PROGRESS / "runs" / stage):  # progress kept for it: published now
+            reported = report_run_dirs(out / stage)
+            progress_records = [pub / PROGRESS / "runs" / stage / run_dir.name for run_dir in reported]
+            for old_records in [records, *progress_records]:  # a run's progress record: published now
                 if old_records.exists():
                     removed += [p for p in old_records.rglob("*") if p.is_file()]
                     shutil.rmtree(old_records)
             progress_manifest = pub / PROGRESS / "manifest.json"
             if progress_manifest.is_file():
                 kept = json.loads(progress_manifest.read_text())
-                kept["jobs"] = {k: v for k, v in kept.get("jobs", {}).items() if not k.startswith(f"{stage}/")}
+                published_keys = {f"{stage}/{run_dir.name}" for run_dir in reported}
+                kept["jobs"] = {k: v for k, v in kept.get("jobs", {}).items() if k not in published_keys}
                 progress_manifest.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
-            for run_dir in report_run_dirs(out / stage):
+            for run_dir in reported:
                 if not copy_run_record(run_dir, records / run_dir.name):
                     raise PublishError(f"{run_dir} holds none of a run's record files ({', '.join(RUN_RECORD_FILES)})"
                                        ": the report read a run this publication cannot record")

@@ -273,3 +273,24 @@ def test_the_report_reads_every_segment_of_a_resumed_runs_csv_log(tmp_path):
     (run / "metrics.json").unlink()  # an unfinished run: its last step is the last segment's
     (run / "csv" / "metrics.csv").write_text("epoch,step,train/loss\n")  # killed before its first row
     assert report.read_job(run)["last_step"] == 19
+
+
+@pytest.mark.parametrize("failure, log, status", [
+    ({"status": "interrupted", "error": "Interrupted by SIGTERM"}, True, "incomplete"),
+    ({"status": "interrupted", "error": "Interrupted by SIGTERM"}, False, "incomplete"),  # its record: no log
+    ({"status": "failed", "error": "RuntimeError: boom"}, False, "failed"),
+    (None, True, "failed"),  # a run from before failure.json: its log's ERROR line
+])
+def test_an_interrupted_run_is_incomplete_with_or_without_its_log(tmp_path, failure, log, status):
+    """A SIGTERM'd run logs an ERROR line and writes failure.json with status "interrupted"; the report called it
+    failed from the log line, and incomplete from its published record (which has no train.log). Found by a
+    breaker: what the run itself wrote decides."""
+    run = tmp_path / "run"
+    run.mkdir()
+    if failure is not None:
+        (run / "failure.json").write_text(json.dumps(failure))
+    if log:
+        (run / "train.log").write_text("[2026-12-01 05:00:00,000][attnbench][ERROR] Interrupted by SIGTERM\n")
+    record = report.read_job(run)
+    assert record["status"] == status
+    assert (record["error"] is None) == (status == "incomplete")

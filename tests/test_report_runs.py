@@ -590,3 +590,40 @@ def test_an_offline_resumed_wandb_run_is_one_job_with_its_whole_history():
     assert additive["dir"] == "a2" and additive["test/acc"] == 0.78
     table = report.summarise(jobs, swept).set_index("attention")
     assert table.loc["additive", "n"] == 1
+
+
+def _segment(id_, resumed_from, state, rows, acc=None, created_at=""):
+    config = _config("additive", 0, run=2)
+    if resumed_from is not None:
+        config = {**config, "resumed_from": resumed_from}
+
+    def history(keys, pandas):
+        return pd.DataFrame(rows, columns=["epoch", "val/loss", "trainer/global_step"])[list(keys)]
+
+    return FakeRun(id=id_, name="additive-sst2-s0", url=id_, config=config, created_at=created_at,
+                   summary={"test/acc": acc} if acc is not None else {"_step": 1}, state=state, job_type=None,
+                   history=history)
+
+
+@pytest.mark.parametrize("case", ["chain of three", "two resumed from one", "cycle", "itself"])
+def test_odd_resumed_from_links_still_give_one_job_with_its_history(case):
+    """Found by a breaker: a segment that crashed before its first checkpoint leaves the next one to resume from the
+    same run (both name it), and a copied W&B dir can make two runs name each other, or one itself. Before, the
+    abandoned segment counted as a failed job with the first segment's history, and a cycle or a self-link hid the
+    finished run (or made the report say the project had no runs)."""
+    runs = {
+        "chain of three": [_segment("s1", None, "crashed", [(0, 0.5, 9)]),
+                           _segment("s2", "s1", "crashed", [(1, 0.4, 19)]),
+                           _segment("s3", "s2", "finished", [(2, 0.45, 29)], acc=0.8)],
+        "two resumed from one": [_segment("s1", None, "crashed", [(0, 0.5, 9)], created_at="2026-01-01T00"),
+                                 _segment("s2", "s1", "crashed", [], created_at="2026-01-01T01"),
+                                 _segment("s3", "s1", "finished", [(1, 0.4, 19)], acc=0.8,
+                                          created_at="2026-01-01T02")],
+        "cycle": [_segment("s1", "s2", "crashed", [(0, 0.5, 9)]),
+                  _segment("s2", "s1", "finished", [(1, 0.4, 19)], acc=0.8)],
+        "itself": [_segment("s1", "s1", "finished", [(0, 0.5, 9)], acc=0.8)],
+    }[case]
+    jobs, _, _ = report.read_wandb("me/p", None, api=FakeApi(runs))
+    assert list(jobs["status"]) == ["finished"] and list(jobs["test/acc"]) == [0.8]
+    expected = {"chain of three": 3, "two resumed from one": 2, "cycle": 2, "itself": 1}[case]
+    assert jobs.iloc[0]["val/epochs_validated"] == expected

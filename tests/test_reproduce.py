@@ -527,10 +527,16 @@ def test_the_published_run_records_recompute_the_published_tables(finished_runs,
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0  # kept before ...
     progress = repo / "docs" / "results" / "cpu" / "progress"
     assert sorted(p.name for p in (progress / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
+    other = json.loads((progress / "manifest.json").read_text())  # a run kept from another machine, not reported
+    other["jobs"]["compare/cosine-trec-s0"] = other["jobs"]["compare/dot-trec-s0"]
+    (progress / "manifest.json").write_text(json.dumps(other))
+    shutil.copytree(progress / "runs" / "compare" / "dot-trec-s0", progress / "runs" / "compare" / "cosine-trec-s0")
     assert reproduce.main(["--out", str(out), *args, "--publish"]) == 0
     pub = repo / "docs" / "results" / "cpu"
-    assert not (progress / "runs" / "compare").exists()  # ... and published now: no longer progress
-    assert json.loads((progress / "manifest.json").read_text())["jobs"] == {}
+    # ... and published now: no longer progress; the run this report lacks stays (before: deleted with the stage)
+    assert sorted(p.name for p in (progress / "runs" / "compare").iterdir()) == ["cosine-trec-s0"]
+    assert list(json.loads((progress / "manifest.json").read_text())["jobs"]) == ["compare/cosine-trec-s0"]
+    shutil.rmtree(progress)  # (it would be restored below as a third run)
     assert sorted(p.name for p in (pub / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
     kept = {str(p.relative_to(pub / "runs")) for p in (pub / "runs").rglob("*") if p.is_file()}
     assert "compare/dot-trec-s0/metrics.json" in kept and "compare/dot-trec-s0/.hydra/overrides.yaml" in kept
@@ -688,10 +694,10 @@ def test_published_run_records_restore_into_a_new_results_dir(tmp_path, monkeypa
     _fake_run(out / "compare", "dot-trec-s0", 0.7)  # already here: kept, not overwritten
     manifest = {"jobs": {}}
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest, dry_run=True) == [
-        "compare/scaled_dot-trec-s0", "compare/additive-trec-s0"]
+        "compare/additive-trec-s0", "compare/scaled_dot-trec-s0"]
     assert not (out / "compare" / "scaled_dot-trec-s0").exists() and manifest == {"jobs": {}}
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == [
-        "compare/scaled_dot-trec-s0", "compare/additive-trec-s0"]
+        "compare/additive-trec-s0", "compare/scaled_dot-trec-s0"]
     assert json.loads((out / "compare" / "scaled_dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.9}
     assert json.loads((out / "compare" / "dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.7}
     assert manifest["jobs"]["compare/scaled_dot-trec-s0"] == {
@@ -739,3 +745,33 @@ def test_unpublished_runs_kept_by_save_progress_restore_on_another_machine(tmp_p
     assert manifest["jobs"]["compare/scaled_dot-trec-s0"]["restored_from"] == \
         "docs/results/cpu/progress/runs/compare/scaled_dot-trec-s0"
     assert (fresh / "compare" / "scaled_dot-trec-s0" / "metrics.json").is_file()
+
+
+def _record(root: Path, key: str, acc: float, commit: str, manifest: dict) -> None:
+    run = root / key
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run / "metrics.json").write_text(json.dumps({"test/acc": acc}))
+    manifest["jobs"][key] = {"commits": [commit], "status": "done"}
+
+
+def test_a_re_run_kept_as_progress_is_restored_before_its_older_published_record(tmp_path, monkeypatch):
+    """--save-progress keeps a run whose published record is of other commits (a re-run); --from-published took
+    the published record first and never restored the re-run (found by a breaker: test/acc 0.5 instead of 0.99)."""
+    repo = tmp_path / "repo"
+    pub = repo / "docs" / "results" / "cpu"
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    published = {"jobs": {}}
+    _record(pub / "runs", "compare/dot-trec-s0", 0.50, "old", published)
+    (pub / "manifest.json").write_text(json.dumps(published))
+    rerun, manifest = tmp_path / "rerun", {"jobs": {}}
+    _record(rerun, "compare/dot-trec-s0", 0.99, "new", manifest)
+    assert reproduce.save_progress(["compare"], rerun, "cpu", manifest) == ["compare/dot-trec-s0"]
+    fresh, restored = tmp_path / "fresh", {"jobs": {}}
+    assert reproduce.restore_published_runs(["compare"], fresh, "cpu", restored) == ["compare/dot-trec-s0"]
+    assert json.loads((fresh / "compare" / "dot-trec-s0" / "metrics.json").read_text())["test/acc"] == 0.99
+    assert restored["jobs"]["compare/dot-trec-s0"]["commits"] == ["new"]
+    same, kept = tmp_path / "same", {"jobs": {}}  # the published run itself is not kept again
+    _record(same, "compare/dot-trec-s0", 0.50, "old", kept)
+    (pub / "progress" / "runs" / "compare" / "dot-trec-s0" / "metrics.json").unlink()
+    assert reproduce.save_progress(["compare"], same, "cpu", kept) == []

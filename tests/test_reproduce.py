@@ -686,23 +686,30 @@ def test_published_run_records_restore_into_a_new_results_dir(tmp_path, monkeypa
             "csv/metrics.part1.csv", "metrics.json"]  # no checkpoint, no log
     reproduce.copy_run_record(_fake_run(tmp_path / "made", "additive-trec-s0", None, failed=True),
                               runs / "additive-trec-s0")
+    unfinished = _fake_run(tmp_path / "made", "cosine-trec-s0", None, failed=True)  # killed: .hydra and a log only
+    (unfinished / "failure.json").unlink()
+    reproduce.copy_run_record(unfinished, runs / "cosine-trec-s0")
     published = {f"compare/{n}": {"commits": ["abc"], "status": "done", "seconds": 1.0}
-                 for n in ("dot-trec-s0", "scaled_dot-trec-s0", "additive-trec-s0")}
+                 for n in ("dot-trec-s0", "scaled_dot-trec-s0", "additive-trec-s0", "cosine-trec-s0")}
     (repo / "docs" / "results" / "cpu" / "manifest.json").write_text(json.dumps({"jobs": published}))
     monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
     out = tmp_path / "out"
     _fake_run(out / "compare", "dot-trec-s0", 0.7)  # already here: kept, not overwritten
     manifest = {"jobs": {}}
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest, dry_run=True) == [
-        "compare/additive-trec-s0", "compare/scaled_dot-trec-s0"]
+        "compare/additive-trec-s0", "compare/cosine-trec-s0", "compare/scaled_dot-trec-s0"]
     assert not (out / "compare" / "scaled_dot-trec-s0").exists() and manifest == {"jobs": {}}
+    # every record, the unfinished one too (before: only those with metrics.json or failure.json), so that the
+    # report of the restored dir lists it as the published one did
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == [
-        "compare/additive-trec-s0", "compare/scaled_dot-trec-s0"]
+        "compare/additive-trec-s0", "compare/cosine-trec-s0", "compare/scaled_dot-trec-s0"]
+    assert (out / "compare" / "cosine-trec-s0" / ".hydra" / "config.yaml").is_file()
     assert json.loads((out / "compare" / "scaled_dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.9}
     assert json.loads((out / "compare" / "dot-trec-s0" / "metrics.json").read_text()) == {"test/acc": 0.7}
     assert manifest["jobs"]["compare/scaled_dot-trec-s0"] == {
         **published["compare/scaled_dot-trec-s0"], "restored_from": "docs/results/cpu/runs/compare/scaled_dot-trec-s0"}
-    assert set(manifest["jobs"]) == {"compare/scaled_dot-trec-s0", "compare/additive-trec-s0"}
+    assert set(manifest["jobs"]) == {"compare/scaled_dot-trec-s0", "compare/additive-trec-s0",
+                                     "compare/cosine-trec-s0"}
     assert reproduce.restore_published_runs(["compare"], out, "cpu", manifest) == []  # nothing left to restore
     reproduce.copy_run_record(_fake_run(tmp_path / "made", "l2-trec-s0", 0.5), runs / "l2-trec-s0")
     other = tmp_path / "other"

@@ -667,21 +667,10 @@ def merged_manifest(published: dict, current: dict, stages: list[str]) -> dict:
 
 
 def unrecorded_runs(stages: list[str], out: Path, manifest: dict) -> list[str]:
-    """``<stage>/<run>`` of every run in a stage's ``report/jobs.csv`` (its ``dir`` column) that ``manifest`` (of
-    ``out``) has no record of: a run put into ``<out>/<stage>`` by hand, whose commit and command are unknown."""
-    import csv
-
-    missing = []
-    for stage in stages:
-        jobs_csv = out / stage / "report" / "jobs.csv"
-        if stage not in TRAIN_STAGES or not jobs_csv.is_file():
-            continue
-        with open(jobs_csv, newline="") as f:
-            for row in csv.DictReader(f):
-                name = Path(row.get("dir") or row.get("job") or "").name
-                if name and f"{stage}/{name}" not in manifest.get("jobs", {}):
-                    missing.append(f"{stage}/{name}")
-    return missing
+    """``<stage>/<run>`` of every run of a stage's report (:func:`report_run_dirs`) that ``manifest`` (of ``out``)
+    has no record of: a run put into ``<out>/<stage>`` by hand, whose commit and command are unknown."""
+    return [f"{stage}/{run_dir.name}" for stage in stages if stage in TRAIN_STAGES
+            for run_dir in report_run_dirs(out / stage) if f"{stage}/{run_dir.name}" not in manifest.get("jobs", {})]
 
 
 def broken_result_links(root: Path) -> list[tuple[str, str]]:

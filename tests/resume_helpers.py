@@ -2,6 +2,10 @@
 
 They stop a run at an exact point (so the interrupted state is the same on every machine) or record the
 batches a run trains on; none of them touches a random-number generator or the model.
+
+A signal goes to this thread with ``signal.pthread_kill``, which runs the Python handler before it returns:
+``os.kill(os.getpid(), ...)`` may deliver it to another of the process's threads, and the handler then runs
+at the main thread's next check, a step or more later on a loaded machine.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import os
 import signal
 import signal as signal_module
+import threading
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -36,7 +41,7 @@ class CtrlCAtStep(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
 
 class RecordBatches(pl.Callback):
@@ -56,7 +61,7 @@ class CtrlCAtFitStart(pl.Callback):
     """Send this process SIGINT when the fit starts (after a checkpoint was restored, before training starts)."""
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
 
 class SignalAtBatch(pl.Callback):
@@ -73,7 +78,7 @@ class SignalAtBatch(pl.Callback):
 
     def _maybe_send(self, where: str) -> None:
         if where == self.hook and self._seen == self.batch:
-            os.kill(os.getpid(), self.signal)
+            signal.pthread_kill(threading.get_ident(), self.signal)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self._maybe_send("before_optimizer_step")

@@ -109,7 +109,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ cache
     def _cache_spec(self, source: Source) -> dict[str, Any]:
-        """What the tokenized splits depend on; the keys of the three presets' caches are those of before."""
+        """What the tokenized splits depend on (the source key holds each local file's SHA-256,
+        :func:`~attnbench.data.sources.file_sha256`)."""
         cfg, roles = self.cfg, source.roles
         spec: dict[str, Any] = {
             "source": source.key,
@@ -122,7 +123,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             "tokenizers_version": tokenizers.__version__,  # another release may segment differently
             "max_length": cfg.max_length,
         }
-        # settings added for any dataset: in the key only when used, so existing caches stay valid
+        # settings added for any dataset: in the key only when used
         if cfg.text_pair_column is not None:
             spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN]
         if roles["val"] is not None:

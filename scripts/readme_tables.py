@@ -273,7 +273,7 @@ def render_long_context(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-RENDERERS: dict[str, Callable[[Any], str]] = {
+RENDERERS: dict[str, Callable[..., str]] = {
     "docs/results/batching_accuracy_sst2.json": render_batching_accuracy,
 }
 #: the experiments' report tables, by stage (scripts/reproduce.py's names), for each device's folder
@@ -342,6 +342,63 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]]) -> str:
+    """The same ``compare`` jobs (same names: score function, data, seed) run on two machines, from the two
+    ``compare_jobs.csv``: per dataset and score function, test accuracy (mean ± std over the seeds both ran) on
+    each, the paired difference now − before by seed, and each machine's paired Δ to ``scaled_dot``; every
+    interval is the 95% Student-t interval over the seeds (:func:`attnbench.report_stats.mean_ci`).
+
+    Raises:
+        ValueError: a job CSV without ``job``/``data``/``attention``/``test/acc``, or no job name in both.
+    """
+    from attnbench.report_stats import mean_ci
+
+    def index(rows: list[dict[str, str]], which: str) -> dict[str, dict[str, str]]:
+        for column in ("job", "data", "attention", "test/acc"):
+            if rows and column not in rows[0]:
+                raise ValueError(f"the {which} compare_jobs.csv has no {column!r} column")
+        return {r["job"]: r for r in rows if r.get("test/acc") not in (None, "")}
+
+    a, b = index(before, "archived"), index(now, "published")
+    common = [job for job in a if job in b]
+    if not common:
+        raise ValueError("the two compare_jobs.csv share no job name")
+    seed = {job: job.rsplit("-s", 1)[1] for job in common}
+    cells: dict[tuple[str, str], list[str]] = {}
+    for job in common:
+        cells.setdefault((a[job]["data"], a[job]["attention"]), []).append(job)
+
+    def interval(values: list[float]) -> str:
+        mean, _, half, _ = mean_ci(values)
+        return f"{_signed(mean)} [{_signed(mean - half)}, {_signed(mean + half)}]"
+
+    def delta(acc: dict[str, dict[str, str]], data: str, jobs: list[str]) -> str:
+        base = {seed[j]: float(acc[j]["test/acc"]) for j in cells.get((data, BASELINE), [])}
+        return interval([float(acc[j]["test/acc"]) - base[seed[j]] for j in jobs if seed[j] in base])
+
+    lines = ["| data | attention | seeds | test acc before | test acc now | now − before (paired by seed) | "
+             f"Δ vs {BASELINE} before | Δ vs {BASELINE} now |", "|---|---|---|---|---|---|---|---|"]
+    datasets = list(dict.fromkeys(d for d, _ in cells))
+    for data in datasets:
+        names = [n for n in ATTENTION_ORDER if (data, n) in cells] + sorted(
+            n for d, n in cells if d == data and n not in ATTENTION_ORDER)
+        for name in names:
+            jobs = cells[data, name]
+            acc_a = [float(a[j]["test/acc"]) for j in jobs]
+            acc_b = [float(b[j]["test/acc"]) for j in jobs]
+            mean_a, std_a, _, n = mean_ci(acc_a)
+            mean_b, std_b, _, _ = mean_ci(acc_b)
+            base = name == BASELINE
+            lines.append(f"| {data} | `{name}` | {n} | {mean_a:.4f} ± {std_a:.4f} | {mean_b:.4f} ± {std_b:.4f} | "
+                         f"{interval([y - x for x, y in zip(acc_a, acc_b)])} | "
+                         f"{'–' if base else delta(a, data, jobs)} | {'–' if base else delta(b, data, jobs)} |")
+    return "\n".join(lines) + "\n"
+
+
+#: generated tables of one source against another published file: source -> the other file (relative paths)
+COMPARED_WITH = {"docs/results/cpu/archive/compare-57b5f5b/compare_jobs.csv": "docs/results/cpu/compare_jobs.csv"}
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
@@ -351,6 +408,7 @@ RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
+RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 
 
 def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -395,7 +453,8 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
 def render(source: str, root: Path = REPO_ROOT) -> str:
     """The table for ``source`` (a path relative to ``root``). A stage's report.csv without its setting column
     (one dataset, one d_k, one length: report.py names only varying settings) takes it from the
-    ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`).
+    ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`). A source in :data:`COMPARED_WITH` is rendered
+    against its other file (both read under ``root``).
 
     Raises:
         KeyError: a source with no renderer.
@@ -405,6 +464,12 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     if source not in RENDERERS:
         raise KeyError(f"no renderer for generated table source {source!r}; known: {sorted(RENDERERS)}")
     text = (root / source).read_text(encoding="utf-8")
+    if source in COMPARED_WITH:
+        other = (root / COMPARED_WITH[source]).read_text(encoding="utf-8")
+        try:
+            return RENDERERS[source](list(csv.DictReader(io.StringIO(text))), list(csv.DictReader(io.StringIO(other))))
+        except ValueError as err:
+            raise ValueError(f"{source} against {COMPARED_WITH[source]}: {err}") from None
     if source.endswith(".csv"):
         rows = list(csv.DictReader(io.StringIO(text)))
         stage = Path(source).stem

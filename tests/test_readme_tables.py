@@ -274,3 +274,38 @@ def test_a_report_of_one_dataset_takes_its_dataset_from_jobs_csv(tmp_path):
     with pytest.raises(ValueError, match=r"^docs/results/cpu/compare.csv: two rows for data=sst2, "
                                          r"attention=scaled_dot: another setting varies \(trainer.max_epochs\)"):
         tables.render("docs/results/cpu/compare.csv", tmp_path)
+
+
+def test_the_two_machine_table_pairs_the_same_jobs_by_seed(tmp_path):
+    """render_two_machines (the archived against the published compare_jobs.csv): per cell, each machine's mean ±
+    std over the seeds both ran, the paired now − before difference and each machine's paired Δ to scaled_dot,
+    with 95% t intervals recomputed here from the accuracies (scipy); a job only one machine ran is left out."""
+    from scipy import stats
+
+    def jobs(acc: dict[tuple[str, int], float]) -> list[dict[str, str]]:
+        return [{"job": f"{name}-sst2-s{seed}", "data": "sst2", "attention": name, "test/acc": str(value)}
+                for (name, seed), value in acc.items()]
+
+    before = {("scaled_dot", 0): 0.80, ("scaled_dot", 1): 0.82, ("scaled_dot", 2): 0.81,
+              ("dot", 0): 0.78, ("dot", 1): 0.79, ("dot", 2): 0.77}
+    now = {("scaled_dot", 0): 0.81, ("scaled_dot", 1): 0.80, ("scaled_dot", 2): 0.83,
+           ("dot", 0): 0.80, ("dot", 1): 0.76, ("dot", 2): 0.79, ("dot", 3): 0.10}
+
+    def interval(x: list[float]) -> str:
+        mean, half = sum(x) / len(x), stats.t.ppf(0.975, len(x) - 1) * stats.tstd(x) / len(x) ** 0.5
+        return f"{tables._signed(mean)} [{tables._signed(mean - half)}, {tables._signed(mean + half)}]"
+
+    rows = tables.render_two_machines(jobs(before), jobs(now)).splitlines()
+    assert rows[0].startswith("| data | attention | seeds | test acc before | test acc now |")
+    dot = [c.strip() for c in rows[2].strip("|").split("|")]
+    seeds = range(3)
+    assert dot[:3] == ["sst2", "`dot`", "3"]
+    assert dot[3] == f"{0.78:.4f} ± {stats.tstd([0.78, 0.79, 0.77]):.4f}"
+    assert dot[4] == f"{0.78333333:.4f} ± {stats.tstd([0.80, 0.76, 0.79]):.4f}"
+    assert dot[5] == interval([now["dot", s] - before["dot", s] for s in seeds])
+    assert dot[6] == interval([before["dot", s] - before["scaled_dot", s] for s in seeds])
+    assert dot[7] == interval([now["dot", s] - now["scaled_dot", s] for s in seeds])
+    base = [c.strip() for c in rows[3].strip("|").split("|")]
+    assert base[1] == "`scaled_dot`" and base[6:] == ["–", "–"] and len(rows) == 4
+    with pytest.raises(ValueError, match="share no job name"):
+        tables.render_two_machines(jobs(before), [])

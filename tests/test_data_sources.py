@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 
 from attnbench.data import DataConfigError, DataUnavailableError, TextClassificationDataModule
+from attnbench.data import sources
 from attnbench.data.sources import PACKAGED, PACKAGED_DIR
 from attnbench.data.splits import contained, cv_fold, fold_assignment, normal_form
 
@@ -267,6 +269,16 @@ def test_no_test_split_and_no_hub_id_say_so_without_none(tmp_path):
 
 
 def test_no_data_anywhere_fails_fast_without_retrying_the_hub(tmp_path, monkeypatch):
+    """No local files and no Hub: the probe's refusal ends it, ``load_dataset`` (20-24 s of retries) is never
+    called. The Hub is played by a local port that is bound but not listening (``HF_ENDPOINT``, which the probe
+    honours), held for the whole test so no other process can take it: every connection is refused at once, with
+    no DNS lookup (not covered by the probe's timeout: 5-20 s) and no chance that the real Hub answers. "Fast" is
+    pinned by ``calls == []`` (no retries started), not by a clock, which would measure the machine's load."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(sources, "_PROBES", {})  # no earlier test's answer reused
     calls = []
     real = datasets.load_dataset
 
@@ -279,13 +291,14 @@ def test_no_data_anywhere_fails_fast_without_retrying_the_hub(tmp_path, monkeypa
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     dm = TextClassificationDataModule(name="imdb", hub_id="stanfordnlp/imdb", text_column="text",
                                       label_column="label", local_dir=None, cache_dir=str(tmp_path))
-    t0 = time.perf_counter()
-    with pytest.raises(DataUnavailableError) as err:
-        dm.prepare_data()
-    elapsed = time.perf_counter() - t0
-    assert elapsed <= 5, elapsed
+    try:
+        with pytest.raises(DataUnavailableError) as err:
+            dm.prepare_data()
+    finally:
+        closed.close()
     assert calls == []  # the probe answered: load_dataset's retries never started
     assert "the Hugging Face Hub (stanfordnlp/imdb) failed: ConnectionError: cannot connect to" in str(err.value)
+    assert f"127.0.0.1:{port} (ConnectionRefusedError" in str(err.value)  # the probe asked HF_ENDPOINT's host
 
 
 @pytest.mark.parametrize("args, name", [(["data=imdb"], "imdb"), (["data.packaged=false"], "sst2")])

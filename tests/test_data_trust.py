@@ -166,7 +166,9 @@ def test_imdb_carving_shares_no_text_with_training(data_dir):
     assert test_counts == {"n": 25000, "verbatim": 118, "substring": 118, "substring_checked": 25000}
     quoted = normal_form(texts[8699])
     assert len(quoted) == 297 and [t for t in train if len(t) == 309 and quoted in normal_form(t)]
-    assert seconds < 60, seconds  # once per cache build; measured 12 s on 2 loaded cores
+    # a hang guard only (a search that never ends), not a speed target: measured 7 s idle, 12 s on 2 loaded
+    # cores; how fast it runs on a given machine belongs in a benchmark script
+    assert seconds < 600, seconds
 
 
 @pytest.mark.slow

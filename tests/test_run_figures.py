@@ -47,12 +47,13 @@ def test_every_time_figure_lies_inside_the_outside_wall_time(timed_run):
     """Pins (breaker row 9, "wrong units"): ``time/total_sec``, ``train/time_sec`` and the test time implied by
     ``test/samples / test/samples_per_sec`` are positive seconds inside the wall time measured around
     ``train()`` from outside; ``time/total_sec`` covers all but the part of ``train()`` before its own clock
-    starts and after it stops (writing metrics.json, printing): the gap, measured 0.5 s of a 2.8 s call here, is
-    allowed up to 2 s or 3/4 of the call, so a figure in ms (x1000) or a time divided by 1000 fails."""
+    starts and after it stops (writing metrics.json, printing): the gap, measured 0.5 s of a 2.8 s call here,
+    grows with load (1.1 s with 4 processes sharing a core), so only a relative bound is pinned: at least a tenth
+    of the call. A figure in ms (x1000) or a time divided by 1000 still fails, by a factor of 100 either way."""
     summary, metrics, wall, _ = timed_run
     for figures in (summary, metrics):
         total = figures["time/total_sec"]
-        assert max(wall - 2.0, 0.25 * wall) <= total <= wall, (total, wall)
+        assert wall / 10 <= total <= wall, (total, wall)
         train_sec = figures["train/time_sec"]
         test_sec = figures["test/samples"] / figures["test/samples_per_sec"]
         assert test_sec == pytest.approx(figures["test/tokens"] / figures["test/tokens_per_sec"], rel=1e-9)
@@ -106,9 +107,11 @@ def test_test_accuracy_is_the_best_checkpoints_accuracy_on_the_test_split(timed_
 def test_the_cpu_share_is_recorded_and_is_a_share(timed_run):
     """``train/cpu_share`` and ``test/cpu_share`` (thread CPU seconds over wall seconds of the measured steps;
     their arithmetic by hand: tests/test_disturbed_runs.py) reach metrics.json and the summary as a share of one
-    core. Only the range is pinned: a parallel test worker may share this process's core, and over this toy
-    run's short loops (tens of ms) the two clocks' granularity puts an undisturbed share at 0.98-1.003."""
+    core. Only the range is pinned: a parallel test worker or other load may share this process's core (at ~20
+    processes per core the share falls below 0.05, so the lower bound is only "some CPU time was counted"), and
+    over this toy run's short loops (tens of ms) the two clocks' granularity puts an undisturbed share at
+    0.98-1.003."""
     summary, metrics, _, _ = timed_run
     for key in ("train/cpu_share", "test/cpu_share"):
-        assert 0.05 < metrics[key] <= 1.05, (key, metrics[key])
+        assert 0 < metrics[key] <= 1.05, (key, metrics[key])
         assert summary[key] == metrics[key]

@@ -74,7 +74,7 @@ def _train(args: list[str], env: dict[str, str]) -> None:
     assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
 
-def test_ddp_cpu_is_one_job_and_matches_one_process(tmp_path, data_dir, cache_dir):
+def test_ddp_cpu_is_one_job_and_learns_as_one_process_does(tmp_path, data_dir, cache_dir):
     env = train_env(data_dir, cache_dir)
     single = tmp_path / "single"
     _train([*RUN, "data.batch_size=32", "logger=csv", f"hydra.run.dir={single}"], env)

@@ -139,7 +139,7 @@ MAPPED: dict[str, list[str]] = {
     "python train.py -m hydra/launcher=submitit_local": [
         "tests/test_sweep.py::test_launcher_runs_two_jobs_with_two_wandb_runs"],
     "python train.py -m hparams_search=optuna": ["tests/test_sweep.py::test_optuna_sweep_writes_its_study"],
-    "python train.py trainer=ddp_cpu": ["tests/test_ddp.py::test_ddp_cpu_is_one_job_and_matches_one_process"],
+    "python train.py trainer=ddp_cpu": ["tests/test_ddp.py::test_ddp_cpu_is_one_job_and_learns_as_one_process_does"],
     "python train.py trainer=ddp trainer.num_nodes=2": ["tests/test_ddp.py::test_rank_from_env_and_child_command"],
     # resume: every documented form (same dir, new dir, last, a path, a sweep) against the uninterrupted run
     "python train.py attention=additive seed=1": [

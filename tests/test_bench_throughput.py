@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from attnbench.data import PadCollator
@@ -84,6 +85,7 @@ def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
         assert header.endswith("malloc as it comes (not glibc); fused CPU kernels built"), header
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monkeypatch):
     """`bench_train.py --attention ... --json` (the cost stage of scripts/reproduce.py): every interleaved run
     per score function, the best = the largest of them, the settings and the machine."""

@@ -165,6 +165,7 @@ def test_a_warning_is_one_line_without_its_source(tmp_path, data_dir, cache_dir)
     assert "W&B could not start online (no API key" in (tmp_path / "run" / "train.log").read_text()
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_a_finished_run_keeps_one_copy_of_its_final_checkpoint(tmp_path, data_dir, cache_dir):
     """One epoch: the best checkpoint is the last one; last.ckpt becomes a link to it (one 4 MB file, not two), and
     a run resumed from that last.ckpt in another dir starts at epoch 1 and trains it. (That an epoch-end epoch file

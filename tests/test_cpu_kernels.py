@@ -253,6 +253,7 @@ _PROBE = (
 )
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_a_stale_build_lock_does_not_hang_inference(tmp_path, monkeypatch):
     """A ``lock`` left by a killed build (here: made by hand) must not block the next process, which builds
     (about 25 s idle, minutes on a slow loaded machine) and removes it (on 0d85d4b it waited forever).

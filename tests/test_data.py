@@ -52,6 +52,7 @@ def test_tokenizer_cache_is_reused(sst2, data_dir, monkeypatch):
     assert again.splits["train"].input_ids[:50] == dm.splits["train"].input_ids[:50]
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_changed_setting_gets_its_own_cache(sst2, data_dir):
     dm, cache = sst2
     other = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=16,

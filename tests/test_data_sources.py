@@ -152,6 +152,7 @@ def test_cross_validation_folds_hold_out_disjoint_rows(sst2_sample, tmp_path):
     assert not (tests[0] & tests[1]) and not (tests[0] & tests[2]) and not (tests[1] & tests[2])
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_ten_fold_cross_validation_is_one_multirun(sst2_sample, tmp_path, data_dir, cache_dir):
     """README "10-fold cross-validation": one `-m` command, jobs that differ only in data.fold."""
     path = write(sst2_sample, tmp_path / "reviews.csv")
@@ -382,6 +383,7 @@ def test_packaged_default_data_is_the_real_data(data_dir, name):
         assert (PACKAGED_DIR / name / f).read_bytes() == (data_dir / name / f).read_bytes()
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_fresh_machine_trains_on_the_packaged_data(tmp_path, data_dir):
     """Nothing exported, no Hub: `python train.py trainer.max_steps=...` trains on the packaged SST-2."""
     cache = tmp_path / "cache"

@@ -209,6 +209,7 @@ for name, n in (("sst2", 20000), ("trec", None), ("imdb", 1500)):
 """
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_tokenizers_trained_in_separate_processes_are_byte_identical(data_dir, tmp_path):
     """Every kind, every dataset config's settings: ``tokenizer.json`` the same bytes from two fresh processes.
 
@@ -332,7 +333,7 @@ TINY = ["model=tiny", "data=trec", "data.max_train_samples=64", "data.max_eval_s
         "trainer.enable_progress_bar=false"]
 
 
-@pytest.mark.parametrize("chdir", [False, True])
+@pytest.mark.parametrize("chdir", [False, pytest.param(True, marks=pytest.mark.slow)])  # 18 s each; CI's slow step
 def test_relative_paths_resolve_against_the_launch_dir(data_dir, tmp_path, chdir):
     """Before: under hydra.job.chdir=true a relative data.local_dir was looked for inside the run dir and failed."""
     (tmp_path / "mydata").symlink_to(data_dir, target_is_directory=True)

@@ -74,6 +74,7 @@ def _train(args: list[str], env: dict[str, str]) -> None:
     assert proc.returncode == 0, f"train.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_ddp_cpu_is_one_job_and_learns_as_one_process_does(tmp_path, data_dir, cache_dir):
     env = train_env(data_dir, cache_dir)
     single = tmp_path / "single"
@@ -114,6 +115,7 @@ def test_ddp_cpu_is_one_job_and_learns_as_one_process_does(tmp_path, data_dir, c
         assert figures["val/acc_best"] > majority["val"] + LEARNED, (figures["world_size"], figures["val/acc_best"])
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_ddp_without_the_gradient_all_reduce_is_caught(tmp_path, data_dir, cache_dir):
     """The deliberate bug of issue 16: DDP with the gradient all-reduce switched off. Its test/acc can still land
     within any sensible tolerance of one process's (it did once with 0.02), so the check that catches it is the

@@ -266,6 +266,7 @@ def test_a_rerun_through_hydra_gets_its_own_dir(tmp_path):
     assert "is not divisible by n_heads=5" in (new / "train.log").read_text()
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
     """Job 1 of 3 has a bad config: jobs 0 and 2 still train; then one line per failed job and exit code 1.
     The sweep dir is taken by an earlier sweep, so this one goes next to it."""

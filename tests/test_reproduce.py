@@ -237,6 +237,7 @@ def test_two_jobs_at_once_each_on_its_own_cpu_and_one_sigterm_stops_both(tmp_pat
     assert all((c.parent / "interrupted.ckpt").is_file() for c in ckpts)
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_a_second_reproduction_on_the_same_results_dir_is_refused(tmp_path, capsys):
     """Two reproduce.py on one --out would start the same jobs and each save its own copy of manifest.json over
     the other's (found running a publish beside a long_context run). While one holds the dir, a second stops

@@ -194,6 +194,7 @@ def reference(tmp_path_factory, data_dir, cache_dir):
     return root, env, {stop: root / f"reference-{stop}" for stop in STOPS}
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_same_seed_same_metrics(reference):
     """trainer.deterministic=true on CPU: a second run of the same seed gives identical metrics."""
     root, env, refs = reference
@@ -203,6 +204,7 @@ def test_same_seed_same_metrics(reference):
     assert {k: second[k] for k in COMPARED} == {k: first[k] for k in COMPARED}
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 @pytest.mark.parametrize("stop", list(STOPS))
 @pytest.mark.parametrize(("form", "after_epoch"),
                          [*((form, 0) for form in FORMS), *((form, 1) for form in LATER_FORMS)])
@@ -253,6 +255,7 @@ def test_resume_form_ends_with_the_uninterrupted_runs_metrics(reference, form, a
         assert {p.name: p.stat().st_mtime_ns for p in (source_dir / "checkpoints").iterdir()} == before
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_resume_of_a_run_killed_while_testing_ends_with_its_metrics(reference, tmp_path):
     """A run killed after its last epoch's checkpoint (while testing: no metrics.json) resumed with
     ckpt_path=last: Lightning's fit loop is already done, so training never starts. The resumed run must still
@@ -275,11 +278,8 @@ def _order(path: Path, epoch: int) -> list[str]:
 
 
 # the default suite resumes the two Ctrl-C stops (after a step, inside one); the other stops run with -m slow
-DEFAULT_MID_EPOCH = ("ctrl_c", "ctrl_c_inside_step")
-
-
-@pytest.mark.parametrize("case", [case if case in DEFAULT_MID_EPOCH else pytest.param(case, marks=pytest.mark.slow)
-                                  for case in MID_EPOCH])
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
+@pytest.mark.parametrize("case", list(MID_EPOCH))
 def test_mid_epoch_resume_is_exact(reference, case):
     """Stopped inside an epoch (Ctrl-C, SIGTERM, Ctrl-C inside a step, the every-N-steps last.ckpt then a hard
     kill, max_steps runs, gradient accumulation), then `ckpt_path=last`: the run ends with exactly the
@@ -321,6 +321,7 @@ def test_mid_epoch_resume_is_exact(reference, case):
     assert _order(second, epoch + 1) == _order(ref_batches, epoch + 1)
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_mid_epoch_resume_from_an_old_checkpoint_replays_what_the_log_says(reference, tmp_path):
     """A mid-epoch checkpoint written before exact mid-epoch resumes (no loader position: Ctrl-C at step 18, 5 of
     epoch 1's 13 batches done) still loads; the resume cannot be exact, and the log and metrics.json say so and

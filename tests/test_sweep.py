@@ -42,7 +42,7 @@ def _jobs(sweep_dir: Path) -> list[tuple[dict, list[Path]]]:
 
 @pytest.mark.parametrize("launcher, extra", [
     ("joblib", ["hydra.launcher.n_jobs=2"]),
-    ("submitit_local", ["hydra.launcher.timeout_min=10"]),
+    pytest.param("submitit_local", ["hydra.launcher.timeout_min=10"], marks=pytest.mark.slow),  # 30 s; CI's slow step
 ])
 def test_launcher_runs_two_jobs_with_two_wandb_runs(tmp_path, data_dir, cache_dir, launcher, extra):
     sweep_dir = tmp_path / "sweep"
@@ -61,6 +61,7 @@ def test_launcher_runs_two_jobs_with_two_wandb_runs(tmp_path, data_dir, cache_di
         assert list(runs[0].glob("*.wandb")), f"no W&B log in {runs[0]}"
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_optuna_sweep_writes_its_study(tmp_path, data_dir, cache_dir):
     import optuna
 
@@ -112,6 +113,7 @@ def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_
     assert "1 finished, 1 failed" in text and "not divisible by n_heads=3" in text
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 @pytest.mark.parametrize("launcher, extra", [
     ("joblib", ["hydra.launcher.n_jobs=2"]),
     ("submitit_local", ["hydra.launcher.timeout_min=10"]),
@@ -127,6 +129,7 @@ def test_failed_job_is_listed_with_any_launcher(tmp_path, data_dir, cache_dir, l
     assert len(list(sweep_dir.glob("*/metrics.json"))) == 1
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_optuna_sweep_with_a_failed_trial_lists_it_and_exits_1(tmp_path, data_dir, cache_dir):
     """Issue 10 §7: the Optuna sweeper records a failed trial as FAIL and goes on; the sweep then ends like a basic
     multirun, with the failure list and exit code 1 (before: exit code 0 and nothing listed). The search space

@@ -237,6 +237,7 @@ def _euclid_forms(monkeypatch):
     return forms
 
 
+@pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_euclidean_uses_the_bias_mask_up_to_256_squared_pairs_with_gradients(monkeypatch):
     forms = _euclid_forms(monkeypatch)
     fn = build_score_function("euclidean", n_heads=1, head_dim=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,15 @@ import pytest
 import attnbench.config  # noqa: F401 - registers the run schema that conf/train.yaml names (train_schema)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C as in a terminal: a runner that starts pytest in the background (``cmd &`` in a script, some CI
+    runners) starts it with SIGINT ignored, and every ``train.py`` a test starts inherits that across ``exec``, so
+    the tests that stop a run with SIGINT would see it finish instead. A handled signal resets to its default in
+    the child; an ignored one does not."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -363,7 +363,7 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
     common = [job for job in a if job in b]
     if not common:
         raise ValueError("the two compare_jobs.csv share no job name")
-    seed = {job: job.rsplit("-s", 1)[1] for job in common}
+    seed = {job: a[job].get("seed") or job.rsplit("-s", 1)[1] for job in common}  # the CSV's column, else the name's
     cells: dict[tuple[str, str], list[str]] = {}
     for job in common:
         cells.setdefault((a[job]["data"], a[job]["attention"]), []).append(job)
@@ -467,7 +467,8 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     if source in COMPARED_WITH:
         other = (root / COMPARED_WITH[source]).read_text(encoding="utf-8")
         try:
-            return RENDERERS[source](list(csv.DictReader(io.StringIO(text))), list(csv.DictReader(io.StringIO(other))))
+            return RENDERERS[source](list(csv.DictReader(io.StringIO(text))),
+                                     list(csv.DictReader(io.StringIO(other))))
         except ValueError as err:
             raise ValueError(f"{source} against {COMPARED_WITH[source]}: {err}") from None
     if source.endswith(".csv"):

@@ -271,11 +271,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _cmdline(pid: int) -> str:
+def _argv(pid: int) -> list[str]:
+    """The argument vector of ``pid`` (``[]`` once it has exited)."""
     try:
-        return open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+        return open(f"/proc/{pid}/cmdline").read().split("\0")
     except OSError:
-        return ""
+        return []
+
+
+def _is_job(pid: int) -> bool:
+    """Whether ``pid`` runs a job (``python <repo>/train.py ...``, as :meth:`reproduce.Job.command` builds it).
+    A substring test is not enough: reproduce.py's own ``git status -- src conf scripts train.py`` names train.py,
+    and a forked child before its exec still has reproduce.py's argv."""
+    return _argv(pid)[1:2] == [str(REPO_ROOT / "train.py")]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -293,7 +301,7 @@ def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_
     deadline, children = time.monotonic() + 120, []
     while not children and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        children = [pid for pid in _children(proc.pid) if "train.py" in _cmdline(pid)]  # not git's
+        children = [pid for pid in _children(proc.pid) if _is_job(pid)]
     assert children, f"reproduce.py started no job (exit {proc.poll()})"
     (job,) = children
     os.kill(proc.pid, signal.SIGKILL)  # the reproduction dies at once; its job, in its own session, does not

@@ -110,6 +110,7 @@ FIGURE_COLUMNS = frozenset({
     "n", "acc_mean", "acc_std", "acc_ci", "diff_mean", "diff_ci", "diff_n", "train_tok_s", "test_tok_s",
     "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
     "n_stopped", "steps_done", "steps_planned", "extrapolated_sec", "n_disturbed", "n_inexact_resume",
+    "train_tok_s_ratio", "test_tok_s_ratio", "train_steps_s_ratio",
 })
 BASELINE = "scaled_dot"
 #: the order score functions are listed in (others follow in the CSV's order)
@@ -186,14 +187,25 @@ def _delta(row: dict[str, str]) -> str:
     return f"{_sign(mean)} [{_sign(mean - half)}, {_sign(mean + half)}]"
 
 
+def _multiple(row: dict[str, str], base: dict[str, str] | None, column: str) -> float:
+    """``row[column]`` as a multiple of the baseline's: the report's paired ratio ``<column>_ratio`` (median over
+    seeds of run / same-seed baseline run, :func:`attnbench.report_stats.summarise`), else, in a report.csv
+    from before it, the ratio of the two medians; NaN where there is neither."""
+    if f"{column}_ratio" in row:
+        return _num(row[f"{column}_ratio"])
+    return math.nan if base is None else _num(row.get(column)) / _num(base.get(column))
+
+
 def _ratio(row: dict[str, str], base: dict[str, str] | None, column: str) -> str:
-    """``row[column]`` as a multiple of the baseline's; the baseline row shows its absolute rate."""
+    """``row[column]`` as a multiple of the baseline's (:func:`_multiple`); the baseline row shows its absolute
+    rate (its median over seeds)."""
     value = _num(row.get(column))
     if base is None or math.isnan(value):
         return "–"
     if row is base:
         return f"1.00 ({value:,.0f}/s)"
-    return f"{value / _num(base.get(column)):.2f}"
+    multiple = _multiple(row, base, column)
+    return "–" if math.isnan(multiple) else f"{multiple:.2f}"
 
 
 def _fixed(value: str, digits: int) -> str:
@@ -262,7 +274,8 @@ def render_long_context(rows: list[dict[str, str]]) -> str:
             if ci not in ("–", "1 seed, no interval"):
                 acc = f"{acc} {ci}"
             tok = _num(row.get("train_tok_s"))
-            ratio = "" if base is None or math.isnan(tok) else f" ({tok / _num(base.get('train_tok_s')):.3f}×)"
+            multiple = math.nan if base is None or math.isnan(tok) else _multiple(row, base, "train_tok_s")
+            ratio = "" if math.isnan(multiple) else f" ({multiple:.3f}×)"
             sec = _num(row.get("sec_per_step"))
             whole = _num(row.get("extrapolated_sec"))
             lines.append(f"| {int(float(n))} | `{attention}` | {acc} | "

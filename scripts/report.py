@@ -687,8 +687,10 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1)."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
+    has_ratio = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
-               "train tok/s", "train steps/s", "test tok/s", "peak mem (MiB)", "params"]
+               "train tok/s", *([f"× {baseline} (paired)"] if has_ratio else []), "train steps/s", "test tok/s",
+               *([f"× {baseline} (paired)"] if has_ratio else []), "peak mem (MiB)", "params"]
     if has_stopped:
         headers += ["s/step", f"whole budget at that rate ({STOPPED_MARK})"]
     if has_diag:
@@ -716,8 +718,9 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
             acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
         cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
-                  _fmt(r.get("train_steps_s"), 2), _fmt(r.get("test_tok_s"), 0), _fmt(r.get("peak_mem_mb"), 0),
-                  _fmt(r.get("params"), 0)]
+                  *([_fmt(r.get("train_tok_s_ratio"), 2)] if has_ratio else []), _fmt(r.get("train_steps_s"), 2),
+                  _fmt(r.get("test_tok_s"), 0), *([_fmt(r.get("test_tok_s_ratio"), 2)] if has_ratio else []),
+                  _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("params"), 0)]
         if has_stopped:
             sec = r.get("sec_per_step")
             cells += ["–" if sec is None or math.isnan(sec) else f"{sec:.3g}",
@@ -778,11 +781,14 @@ def _title(setting: str, fixed: dict[str, str]) -> str:
     return text.replace("$", r"\$")  # a setting's text is not matplotlib mathtext
 
 
-def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None) -> dict[str, Any]:
+def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None,
+            baseline: str = "scaled_dot") -> dict[str, Any]:
     """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
 
     Every title names the settings held fixed (:func:`attnbench.report_stats.headline`); accuracy has a 95% CI
-    bar only where >= 2 seeds give one (hollow markers: one seed, no interval).
+    bar only where >= 2 seeds give one (hollow markers: one seed, no interval). The accuracy-vs-throughput plot's
+    x axis is the paired multiple of ``baseline``'s training tokens/s where the table has it (``train_tok_s_ratio``),
+    else the median tokens/s.
     """
     from matplotlib.figure import Figure
 
@@ -792,21 +798,26 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     acc_label = "test accuracy (mean, 95% CI)" + ("; hollow: 1 seed, no interval" if one_seed else "")
     setting_keys = [k for k in variant_keys if k != "attention"]
     settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
+    # the paired multiple of the baseline's rate where the report has one (summarise): rates of runs made at
+    # different times are not comparable, pairs of one seed are
+    paired = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
+    rate, rate_label = (("train_tok_s_ratio", f"training tokens/s ÷ {baseline}'s (same seed; median over seeds)")
+                        if paired else ("train_tok_s", "training tokens/s"))
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
         fig = Figure(figsize=(5.5 * len(settings), 4.6), layout="tight")
         axes = fig.subplots(1, len(settings), squeeze=False)
         for ax, (key, group) in zip(axes[0], settings):
-            group = group.dropna(subset=["train_tok_s", "acc_mean"])
-            _accuracy_points(ax, group["train_tok_s"], group)
+            group = group.dropna(subset=[rate, "acc_mean"])
+            _accuracy_points(ax, group[rate], group)
             for _, r in group.iterrows():
-                ax.annotate(str(r["attention"]), (r["train_tok_s"], r["acc_mean"]), textcoords="offset points",
+                ax.annotate(str(r["attention"]), (r[rate], r["acc_mean"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=8)
-            front = _pareto(list(zip(group["train_tok_s"], group["acc_mean"])))
+            front = _pareto(list(zip(group[rate], group["acc_mean"])))
             if front:
                 ax.plot(*zip(*front), "--", color="grey", lw=1, label="Pareto front")
             key = key if isinstance(key, tuple) else (key,)
             ax.set_title(_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)), fixed), fontsize=8)
-            ax.set_xlabel("training tokens/s")
+            ax.set_xlabel(rate_label, fontsize=8 if paired else None)
             ax.set_ylabel(acc_label, fontsize=8)
             if ax.get_legend_handles_labels()[0]:  # a setting whose runs have no rate draws nothing to label
                 ax.legend(loc="best", fontsize=8)
@@ -843,10 +854,11 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     return out
 
 
-def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None) -> list[str]:
+def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None,
+             baseline: str = "scaled_dot") -> list[str]:
     """Write :func:`figures` as PNGs into ``out``; returns their file names."""
     written = []
-    for name, fig in figures(table, variant_keys, fixed).items():
+    for name, fig in figures(table, variant_keys, fixed, baseline).items():
         fig.savefig(out / name, dpi=120)
         written.append(name)
     return written
@@ -891,7 +903,10 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "
         "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (a CPU run whose "
         f"thread had less than {MIN_CPU_SHARE} of a core, `train/cpu_share` / `test/cpu_share`, is left out and "
-        "listed below); memory is the mean over seeds, on CPU the process's peak RSS.",
+        f"listed below); `× {baseline} (paired)` is the median over seeds of each run's rate divided by the "
+        f"`{baseline}` run's of the same seed and setting (runs of one seed ran close together in time: a machine "
+        "that got faster or slower between sessions moves the two medians, not the pairs); memory is the mean over "
+        "seeds, on CPU the process's peak RSS.",
         "",
     ]
     if table.empty:
@@ -936,7 +951,7 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Settings", "", fixed_text(fixed), ""]
-    plots = plot_all(table, variant_keys, out, fixed) if not table.empty else []
+    plots = plot_all(table, variant_keys, out, fixed, baseline) if not table.empty else []
     lines += [f"![{p}]({p})" for p in plots]
     if attention_maps and not table.empty:
         from attnbench.viz.attention_maps import report_figures

@@ -133,6 +133,20 @@ def test_compare_table_by_hand():
     assert lines[5].startswith("| trec | `scaled_dot` | 1 | 0.8300 | 1 seed, no interval | – | 1.00 (8,000/s) |")
 
 
+def test_compare_multiples_are_the_reports_paired_ratios_where_it_has_them():
+    """A report.csv with ``train_tok_s_ratio``/``test_tok_s_ratio`` (summarise: the median of same-seed pairs) is
+    shown as it is, not as the ratio of the two medians (which compares runs of different sessions); an empty
+    ratio (no pair) is "–", never the medians' ratio in its place."""
+    text = COMPARE_CSV.replace("extrapolated_sec\n", "extrapolated_sec,train_tok_s_ratio,test_tok_s_ratio\n", 1)
+    rows = text.strip().splitlines()
+    ratios = {"scaled_dot": ",1.0,1.0", "additive": ",0.5,0.25", "dot": ",,"}
+    rows = [rows[0]] + [r + next(v for k, v in ratios.items() if f",{k}," in r) for r in rows[1:]]
+    lines = tables.render_compare(_rows("\n".join(rows) + "\n")).splitlines()
+    assert "| −0.0100 [−0.0300, +0.0100] | 0.50 | 0.25 |" in lines[3]  # not 0.22 / 0.12 (the medians' ratio)
+    assert "| +0.0140 (1 seed, no interval) | – | – |" in lines[4]
+    assert "| 1.00 (5,430/s) | 1.00 (36,000/s) |" in lines[2]  # the baseline: its absolute median rates
+
+
 HEAD_DIM_CSV = """model.head_dim,attention,acc_mean,acc_std,acc_ci,n,diff_mean,diff_ci,diff_n,max_score,saturated_frac,entropy_norm
 128,dot,0.775,0.01,0.0248,3,-0.029,0.01,3,98.9,0.197,0.298
 128,scaled_dot,0.804,0.005,0.0124,3,,,,5.7,0.0,0.969

@@ -71,13 +71,21 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     both variants finished, vs the same setting with ``attention=baseline``),
     ``train_tok_s``, ``test_tok_s`` (tokens/s), ``train_steps_s`` (steps/s),
     ``peak_mem_mb`` (MiB), ``params``, and ``entropy_norm``, ``saturated_frac``,
-    ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / ``train_steps_s``).
+    ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / ``train_steps_s``);
+    ``train_tok_s_ratio``, ``test_tok_s_ratio``, ``train_steps_s_ratio`` (where ``attention`` is swept): the
+    variant's rate as a multiple of ``baseline``'s, **paired**: the median over replicates of run rate / the
+    baseline run's rate of the same replicate and setting (1.0 for the baseline itself; NaN without a pair).
 
     The three rates are the **median** over the variant's runs, not the mean: a wall-clock rate only ever errs
     low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
     Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
     left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
-    variant whose every run was disturbed has NaN rates. The other columns are means. ``n_inexact_resume`` counts
+    variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
+    compares runs made at different times: ``reproduce.py`` runs one seed's score functions one after another,
+    and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
+    (compare re-run, 2026-11; every ``cpu_share`` 0.96-0.98, so no run was flagged), which put the median of
+    ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two undisturbed runs. The other
+    columns are means. ``n_inexact_resume`` counts
     the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
     replayed and as many unseen); their figures count, the report lists them.
 
@@ -123,12 +131,25 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
             paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
+        base_runs = None  # the baseline's runs of this setting (stopped ones too: rates count them)
+        if "attention" in variant_keys and replicates:
+            base_runs = done[done["attention"] == baseline]
+            for k in setting_keys:
+                base_runs = base_runs[base_runs[k].isna()] if pd.isna(row[k]) else base_runs[base_runs[k] == row[k]]
         for column, metric, share in RATE_COLUMNS:
             if metric in group:
-                kept = ~disturbed[share][group.index]
+                undisturbed = ~disturbed[share]
                 if metric == "test/tokens_per_sec":  # a test cut to its first (longest) batches: another workload
-                    kept &= ~partial_tests[group.index]
+                    undisturbed &= ~partial_tests
+                kept = undisturbed[group.index]
                 row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
+                if base_runs is not None:
+                    pairs = group[kept][[*replicates, metric]].merge(
+                        base_runs[undisturbed[base_runs.index]][[*replicates, metric]], on=replicates,
+                        suffixes=("", "_base"))
+                    ratios = (pd.to_numeric(pairs[metric], errors="coerce")
+                              / pd.to_numeric(pairs[f"{metric}_base"], errors="coerce")).dropna()
+                    row[f"{column}_ratio"] = float(ratios.median()) if len(ratios) else math.nan
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
         row["n_inexact_resume"] = int(inexact[group.index].sum())
         for column, metric, scale in (

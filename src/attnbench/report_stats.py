@@ -83,8 +83,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
     compares runs made at different times: ``reproduce.py`` runs one seed's score functions one after another,
     and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
-    (compare re-run, 2026-11; every ``cpu_share`` 0.96-0.98, so no run was flagged), which put the median of
-    ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two undisturbed runs. The other
+    (compare re-run, 2026-11; the drifted runs' ``cpu_share`` read 0.96-0.98, so the rule flagged none of them),
+    which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is only as
+    close in time as the reproduction made it: one interrupted within a seed pairs across sessions. A pair is of two undisturbed runs. The other
     columns are means. ``n_inexact_resume`` counts
     the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
     replayed and as many unseen); their figures count, the report lists them.

@@ -904,8 +904,8 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (a CPU run whose "
         f"thread had less than {MIN_CPU_SHARE} of a core, `train/cpu_share` / `test/cpu_share`, is left out and "
         f"listed below); `× {baseline} (paired)` is the median over seeds of each run's rate divided by the "
-        f"`{baseline}` run's of the same seed and setting (runs of one seed ran close together in time: a machine "
-        "that got faster or slower between sessions moves the two medians, not the pairs); memory is the mean over "
+        f"`{baseline}` run's of the same seed and setting (scripts/reproduce.py runs one seed's jobs one after "
+        "another: a machine that got faster or slower between sessions moves the two medians, not such pairs); memory is the mean over "
         "seeds, on CPU the process's peak RSS.",
         "",
     ]

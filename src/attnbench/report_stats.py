@@ -59,6 +59,15 @@ def mean_ci(values: Iterable[float], level: float = 0.95) -> tuple[float, float,
     return mean, std, half, n
 
 
+def _baseline_runs(runs: pd.DataFrame, row: dict[str, Any], setting_keys: list[str], baseline: str) -> pd.DataFrame:
+    """The runs of ``runs`` with ``attention == baseline`` and ``row``'s value of every key of ``setting_keys`` (a key
+    some runs lack, added to the config later, is NaN: NaN pairs with NaN)."""
+    base = runs[runs["attention"] == baseline]
+    for k in setting_keys:
+        base = base[base[k].isna()] if pd.isna(row[k]) else base[base[k] == row[k]]
+    return base
+
+
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
@@ -84,10 +93,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     compares runs made at different times: ``reproduce.py`` runs one seed's score functions one after another,
     and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
     (compare re-run, 2026-11; the drifted runs' ``cpu_share`` read 0.96-0.98, so the rule flagged none of them),
-    which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is only as
-    close in time as the reproduction made it: one interrupted within a seed pairs across sessions. A pair is of two undisturbed runs. The other
-    columns are means. ``n_inexact_resume`` counts
-    the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
+    which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
+    undisturbed runs, and only as close in time as the reproduction made it: one interrupted within a seed pairs
+    across sessions. The other columns are means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
     replayed and as many unseen); their figures count, the report lists them.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
@@ -126,17 +134,13 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(group_complete[ACC])
         row["diff_mean"] = row["diff_ci"] = row["diff_n"] = math.nan
         if "attention" in variant_keys and replicates:
-            base = complete[complete["attention"] == baseline]
-            for k in setting_keys:  # a key some runs lack (added to the config later) is NaN: NaN pairs with NaN
-                base = base[base[k].isna()] if pd.isna(row[k]) else base[base[k] == row[k]]
+            base = _baseline_runs(complete, row, setting_keys, baseline)
             paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
-        base_runs = None  # the baseline's runs of this setting (stopped ones too: rates count them)
-        if "attention" in variant_keys and replicates:
-            base_runs = done[done["attention"] == baseline]
-            for k in setting_keys:
-                base_runs = base_runs[base_runs[k].isna()] if pd.isna(row[k]) else base_runs[base_runs[k] == row[k]]
+        # the baseline's runs of this setting for the paired rate multiples (stopped ones too: rates count them)
+        base_runs = (_baseline_runs(done, row, setting_keys, baseline)
+                     if "attention" in variant_keys and replicates else None)
         for column, metric, share in RATE_COLUMNS:
             if metric in group:
                 undisturbed = ~disturbed[share]

@@ -881,6 +881,7 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     counts = jobs["status"].value_counts().to_dict()
     n_stopped = int(table["n_stopped"].sum()) if "n_stopped" in table else 0
     n_resumed = int(table["n_inexact_resume"].sum()) if "n_inexact_resume" in table else 0
+    n_repeats = int(table["n_repeats"].sum()) if "n_repeats" in table else 0
     convergence = convergence_text(jobs)
     lines = [
         f"# attnbench report: {source}",
@@ -888,6 +889,8 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         f"Jobs: {len(jobs)} — {counts.get(STATUS_OK, 0)} finished"
         + (f" ({n_stopped} of them stopped by trainer.max_time: unfinished)" if n_stopped else "")
         + (f" ({n_resumed} of them resumed mid-epoch: inexact, listed below)" if n_resumed else "")
+        + (f" ({n_repeats} of them repeat a variant's seed: each seed counts once, as the mean of its runs' "
+           "accuracy; `n_repeats` in report.csv)" if n_repeats else "")
         + f", {counts.get(STATUS_FAILED, 0)} failed, "
         f"{counts.get(STATUS_INCOMPLETE, 0)} incomplete (killed or still running), "
         f"{counts.get(STATUS_MISSING, 0)} not started. Swept: {', '.join(swept) or 'nothing'}.",

@@ -282,3 +282,41 @@ def test_no_multiple_without_a_baseline_pair():
     # and a table without the baseline has no multiples at all
     alone = summarise(jobs[jobs["attention"] == "dot"], ["attention", "seed"]).iloc[0]
     assert math.isnan(alone["train_tok_s_ratio"])
+
+
+def test_a_seed_run_twice_is_one_replicate_not_two():
+    """A job run again (a re-run kept beside the first, or one folder of runs holding both) must not count its seed
+    twice: counted twice it narrowed the interval (n = 4 from 3 seeds) and paired as a cross product (diff_n = 6
+    from 3 seeds, the repeated seed weighted 4 times). Each seed counts once, as the mean of its runs."""
+    accuracies = {"scaled_dot": [0.80, 0.81, 0.82], "dot": [0.79, 0.80, 0.80]}
+    jobs = pd.DataFrame([
+        *[_job(a, s, 2000.0 if a == "scaled_dot" else 1000.0, 10.0, 0.99, 0.99, **{ACC: acc})
+          for a, accs in accuracies.items() for s, acc in enumerate(accs)],
+        _job("dot", 0, 1600.0, 10.0, 0.99, 0.99, **{ACC: 0.81}),  # seed 0 of dot again: mean 0.80, median 1300/s
+        _job("scaled_dot", 0, 2000.0, 10.0, 0.99, 0.99, **{ACC: 0.82}),  # and of scaled_dot: mean 0.81
+    ])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    dot, base = table.loc["dot"], table.loc["scaled_dot"]
+    assert dot["n"] == 3 and dot["diff_n"] == 3 and dot["n_repeats"] == 1 and base["n_repeats"] == 1
+    # per seed: dot 0.80, 0.80, 0.80; scaled_dot 0.81, 0.81, 0.82 -> mean 0.80 (std 0) and Δ -0.01, -0.01, -0.02
+    assert dot["acc_mean"] == pytest.approx(0.80, abs=1e-12) and dot["acc_std"] == pytest.approx(0.0, abs=1e-12)
+    assert base["acc_mean"] == pytest.approx(0.8133333333, abs=1e-9)
+    assert dot["diff_mean"] == pytest.approx(-0.0133333333, abs=1e-9)
+    # the diff's sample std over 3 seeds is 0.0057735; t(0.975, 2) = 4.3027 -> half-width 0.014342
+    assert dot["diff_ci"] == pytest.approx(4.302652729911275 * 0.005773502691896258 / math.sqrt(3), rel=1e-9)
+    # rate pairs per seed: seed 0 pairs dot's median (1300) with scaled_dot's (2000): 0.65, then 0.5, 0.5
+    assert dot["train_tok_s_ratio"] == pytest.approx(0.5, rel=1e-12)
+    assert dot["train_tok_s"] == pytest.approx(1000.0)  # the rate median is over runs (1000, 1000, 1000, 1600)
+    # and a table without repeats reads 0
+    once = summarise(jobs.iloc[:6], ["attention", "seed"]).set_index("attention")
+    assert (once["n_repeats"] == 0).all() and once.loc["dot", "n"] == 3
+
+
+def test_the_report_says_when_seeds_repeat(tmp_path):
+    jobs = pd.DataFrame([_job("dot", 0, 1000.0, 10.0, 0.99, 0.99), _job("dot", 0, 1000.0, 10.0, 0.99, 0.99),
+                         _job("scaled_dot", 0, 2000.0, 10.0, 0.99, 0.99)])
+    markdown = report.build_report(jobs, ["attention", "seed"], "test", tmp_path)
+    assert "(1 of them repeat a variant's seed: each seed counts once" in markdown
+    assert pd.read_csv(tmp_path / "report.csv").set_index("attention")["n_repeats"].to_dict() == \
+        {"dot": 1, "scaled_dot": 0}
+    assert "repeat a variant's seed" not in report.build_report(jobs.iloc[1:], ["attention", "seed"], "t", tmp_path)

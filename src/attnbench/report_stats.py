@@ -68,12 +68,27 @@ def _baseline_runs(runs: pd.DataFrame, row: dict[str, Any], setting_keys: list[s
     return base
 
 
+def _per_replicate(runs: pd.DataFrame, replicates: list[str], metric: str, how: str) -> pd.DataFrame:
+    """``runs``' ``metric`` (as numbers) reduced to one value per replicate (``how``: ``"mean"`` or ``"median"`` of the
+    runs that share a replicate's values of ``replicates``; NaN values are skipped, NaN keys form a replicate). Two
+    finished runs of one variant and seed (a job run again) are one replicate, not two: counted twice, they would
+    narrow the interval and pair as a cross product. Columns: ``replicates``, ``metric``."""
+    values = runs[replicates].copy()
+    values[metric] = pd.to_numeric(runs[metric], errors="coerce")
+    reduced = values.groupby(replicates, dropna=False, sort=False)[metric].agg(how).reset_index()
+    return reduced.dropna(subset=[metric])
+
+
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
     A replicate is one value of :data:`REPLICATE_KEYS` present in ``jobs``: a seed, or a (seed, fold) pair of
     k-fold cross-validation (``data.fold``, Kim 2014's protocol for train-only datasets). Folds share training
     rows, so their t interval is optimistic (Nadeau & Bengio 2003, "Inference for the generalization error").
+
+    Runs that share a variant and a replicate (a job run twice and both kept) count as one replicate: accuracy is
+    their mean and a rate pairs as their median; ``n_repeats`` counts the variant's finished runs beyond one per
+    replicate (0 when every run is its own replicate).
 
     Columns: the variant keys, ``n`` (finished replicates), ``acc_mean``, ``acc_std``,
     ``acc_ci`` (95% half-width), ``diff_mean``/``diff_ci`` (paired over the replicates
@@ -131,11 +146,14 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         row: dict[str, Any] = dict(zip(variant_keys, key))
         halted = group[stopped[group.index]]
         group_complete = group[~stopped[group.index]]
-        row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(group_complete[ACC])
+        accuracy = _per_replicate(group_complete, replicates, ACC, "mean")[ACC] if replicates else group_complete[ACC]
+        row["acc_mean"], row["acc_std"], row["acc_ci"], row["n"] = mean_ci(accuracy)
+        row["n_repeats"] = len(group) - (len(group[replicates].drop_duplicates()) if replicates else len(group))
         row["diff_mean"] = row["diff_ci"] = row["diff_n"] = math.nan
         if "attention" in variant_keys and replicates:
             base = _baseline_runs(complete, row, setting_keys, baseline)
-            paired = group_complete.merge(base[[*replicates, ACC]], on=replicates, suffixes=("", "_base"))
+            paired = _per_replicate(group_complete, replicates, ACC, "mean").merge(
+                _per_replicate(base, replicates, ACC, "mean"), on=replicates, suffixes=("", "_base"))
             if len(paired):
                 row["diff_mean"], _, row["diff_ci"], row["diff_n"] = mean_ci(paired[ACC] - paired[f"{ACC}_base"])
         # the baseline's runs of this setting for the paired rate multiples (stopped ones too: rates count them)
@@ -149,11 +167,10 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 kept = undisturbed[group.index]
                 row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
                 if base_runs is not None:
-                    pairs = group[kept][[*replicates, metric]].merge(
-                        base_runs[undisturbed[base_runs.index]][[*replicates, metric]], on=replicates,
-                        suffixes=("", "_base"))
-                    ratios = (pd.to_numeric(pairs[metric], errors="coerce")
-                              / pd.to_numeric(pairs[f"{metric}_base"], errors="coerce")).dropna()
+                    pairs = _per_replicate(group[kept], replicates, metric, "median").merge(
+                        _per_replicate(base_runs[undisturbed[base_runs.index]], replicates, metric, "median"),
+                        on=replicates, suffixes=("", "_base"))
+                    ratios = (pairs[metric] / pairs[f"{metric}_base"]).dropna()
                     row[f"{column}_ratio"] = float(ratios.median()) if len(ratios) else math.nan
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
         row["n_inexact_resume"] = int(inexact[group.index].sum())

@@ -110,7 +110,7 @@ FIGURE_COLUMNS = frozenset({
     "n", "acc_mean", "acc_std", "acc_ci", "diff_mean", "diff_ci", "diff_n", "train_tok_s", "test_tok_s",
     "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
     "n_stopped", "steps_done", "steps_planned", "extrapolated_sec", "n_disturbed", "n_inexact_resume",
-    "train_tok_s_ratio", "test_tok_s_ratio", "train_steps_s_ratio",
+    "train_tok_s_ratio", "test_tok_s_ratio", "train_steps_s_ratio", "n_repeats",
 })
 BASELINE = "scaled_dot"
 #: the order score functions are listed in (others follow in the CSV's order)
@@ -131,8 +131,9 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
             ``None`` for a table of score functions alone.
 
     Raises:
-        ValueError: a column the report.csv must have is missing, or two rows share the setting and score
-            function (another setting varies too: the table would hide it).
+        ValueError: a column the report.csv must have is missing, two rows share the setting and score
+            function (another setting varies too: the table would hide it), or the report's paired columns refer
+            to a baseline other than :data:`BASELINE` (its row's paired Δ is not 0 or its paired multiple not 1).
     """
     if not rows:
         raise ValueError("report.csv has no rows")
@@ -147,6 +148,13 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
             raise ValueError(f"two rows for {key}={setting}, attention={row['attention']}: another setting varies "
                              f"({', '.join(others) or 'none named'}); render one report per setting")
         table[setting][row["attention"]] = row
+        if row["attention"] == BASELINE:  # paired with itself: Δ exactly 0 and multiples exactly 1, or no pair
+            off = [c for c, one in (("diff_mean", 0.0), ("train_tok_s_ratio", 1.0), ("test_tok_s_ratio", 1.0))
+                   if not math.isnan(_num(row.get(c))) and _num(row.get(c)) != one]
+            if off:
+                raise ValueError(f"report.csv's {BASELINE} row ({key}={setting}) has {', '.join(off)} = "
+                                 f"{', '.join(row[c] for c in off)}: its paired columns refer to another baseline; "
+                                 f"these tables say 'vs {BASELINE}': write the report with --baseline {BASELINE}")
 
     def setting_order(value: str) -> tuple:
         try:
@@ -362,15 +370,23 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
     interval is the 95% Student-t interval over the seeds (:func:`attnbench.report_stats.mean_ci`).
 
     Raises:
-        ValueError: a job CSV without ``job``/``data``/``attention``/``test/acc``, or no job name in both.
+        ValueError: a job CSV without ``job``/``data``/``attention``/``test/acc``, no job name in both, a job
+            name twice in one CSV, or two jobs of one score function, dataset and seed.
     """
+    from collections import Counter
+
     from attnbench.report_stats import mean_ci
 
     def index(rows: list[dict[str, str]], which: str) -> dict[str, dict[str, str]]:
         for column in ("job", "data", "attention", "test/acc"):
             if rows and column not in rows[0]:
                 raise ValueError(f"the {which} compare_jobs.csv has no {column!r} column")
-        return {r["job"]: r for r in rows if r.get("test/acc") not in (None, "")}
+        finished = [r for r in rows if r.get("test/acc") not in (None, "")]
+        repeated = sorted(job for job, count in Counter(r["job"] for r in finished).items() if count > 1)
+        if repeated:  # one would silently replace the other
+            raise ValueError(f"the {which} compare_jobs.csv has two finished rows of job {', '.join(repeated)}: "
+                             "keep one run per job")
+        return {r["job"]: r for r in finished}
 
     a, b = index(before, "archived"), index(now, "published")
     common = [job for job in a if job in b]
@@ -380,6 +396,12 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
     cells: dict[tuple[str, str], list[str]] = {}
     for job in common:
         cells.setdefault((a[job]["data"], a[job]["attention"]), []).append(job)
+    for (data, name), jobs in cells.items():  # a seed twice would count twice and pair as one of the two
+        counts = Counter(seed[j] for j in jobs)
+        twins = sorted(j for j in jobs if counts[seed[j]] > 1)
+        if twins:
+            raise ValueError(f"data={data}, attention={name}: two jobs of one seed ({', '.join(twins)}); "
+                             "keep one run per seed")
 
     def interval(values: list[float]) -> str:
         mean, _, half, _ = mean_ci(values)

@@ -323,3 +323,28 @@ def test_the_two_machine_table_pairs_the_same_jobs_by_seed(tmp_path):
     assert base[1] == "`scaled_dot`" and base[6:] == ["–", "–"] and len(rows) == 4
     with pytest.raises(ValueError, match="share no job name"):
         tables.render_two_machines(jobs(before), [])
+    # a job twice in one CSV, or one seed under two job names, would count a seed twice: refused
+    with pytest.raises(ValueError, match="published compare_jobs.csv has two finished rows of job dot-sst2-s1"):
+        tables.render_two_machines(jobs(before), jobs(now) + [jobs(now)[4]])
+    renamed = [dict(r, job="dot-sst2-rerun-s1") for r in jobs({("dot", 1): 0.7})]
+    with pytest.raises(ValueError, match=r"data=sst2, attention=dot: two jobs of one seed \(dot-sst2-rerun-s1, "
+                                         r"dot-sst2-s1\)"):
+        tables.render_two_machines(jobs(before) + renamed, jobs(now) + renamed)
+
+
+def test_a_report_paired_to_another_baseline_is_refused():
+    """The tables say "Δ vs scaled_dot" and "× scaled_dot": a report.csv written with ``--baseline dot`` has its
+    paired columns relative to dot (scaled_dot's own Δ is then not 0, its multiple not 1) and must not be shown
+    under those headers."""
+    rows = _rows(COMPARE_CSV)
+    tables.render_compare(rows)  # scaled_dot's Δ empty: accepted
+    rows[0] = dict(rows[0], diff_mean="0.0")
+    tables.render_compare(rows)  # Δ exactly 0 (paired with itself): accepted
+    rows[0] = dict(rows[0], diff_mean="0.014")
+    with pytest.raises(ValueError, match=r"scaled_dot row \(data=sst2\) has diff_mean = 0.014: .*--baseline scaled_dot"):
+        tables.render_compare(rows)
+    text = COMPARE_CSV.replace("extrapolated_sec\n", "extrapolated_sec,train_tok_s_ratio\n", 1)
+    lines = text.strip().splitlines()
+    lines = [lines[0]] + [r + (",2.0" if ",scaled_dot," in r else ",1.0") for r in lines[1:]]
+    with pytest.raises(ValueError, match="has train_tok_s_ratio = 2.0"):
+        tables.render_compare(_rows("\n".join(lines) + "\n"))

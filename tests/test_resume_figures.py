@@ -101,10 +101,11 @@ def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_the
     earlier = {"world_size": 1, "peak_mem_bytes": 2**50, "_train_time": 1.5, "_train_cpu": 1.25,
                "_train_samples": 72, "_train_tokens": 288, "_train_steps": 9}
     stats.load_state_dict(earlier)
-    assert stats.state_dict() == earlier
+    # a checkpoint from before checkpoints named the host of their measured steps: that host is unknown
+    assert stats.state_dict() == {**earlier, "hosts": ["unknown"]}
     stats._world_size = 2  # a DDP process does not count a single-process checkpoint's steps (class docstring)
     assert stats.state_dict() == {**earlier, "world_size": 2, "_train_time": 0.0, "_train_cpu": 0.0,
-                                  "_train_samples": 0, "_train_tokens": 0, "_train_steps": 0}
+                                  "_train_samples": 0, "_train_tokens": 0, "_train_steps": 0, "hosts": []}
 
 
 def test_a_run_resumed_between_epochs_reports_the_validation_history_of_the_whole_run(toy, tmp_path):  # noqa: F811

@@ -115,3 +115,15 @@ def test_the_cpu_share_is_recorded_and_is_a_share(timed_run):
     for key in ("train/cpu_share", "test/cpu_share"):
         assert 0 < metrics[key] <= 1.05, (key, metrics[key])
         assert summary[key] == metrics[key]
+
+
+def test_the_host_of_each_rate_reaches_metrics_json_and_not_the_metric_rows(timed_run):
+    """``train_host`` / ``test_host`` (:func:`attnbench.callbacks.run_stats.machine_boot`: the machine and boot the
+    rates were measured on, which the report pairs on) are text: in ``metrics.json``, not in the numeric summary
+    (the CSV log, the console's figure count)."""
+    from attnbench.callbacks.run_stats import BOOT_ID, machine_boot
+
+    summary, metrics, _, _ = timed_run
+    assert metrics["train_host"] == metrics["test_host"] == machine_boot()
+    assert ("/" in machine_boot()) == BOOT_ID.is_file()  # Linux: hostname/boot id; elsewhere the hostname
+    assert "train_host" not in summary and "test_host" not in summary

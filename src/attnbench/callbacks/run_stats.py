@@ -8,16 +8,41 @@ the run summary and ``metrics.json``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import resource
+import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 
 log = logging.getLogger(__name__)
+
+#: the host of measured steps restored from a checkpoint written before checkpoints named their host
+UNKNOWN_HOST = "unknown"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+@functools.cache
+def machine_boot() -> str:
+    """This machine, in this boot: ``<hostname>/<first 8 hex digits of the kernel's boot id>`` (Linux's
+    ``/proc/sys/kernel/random/boot_id``, new at every boot), or the hostname alone where there is no boot id.
+
+    Two rates measured under one value were measured on one machine between two restarts; a rate of another
+    machine, or of the same virtual machine started again (its hostname may be the same), gets another value.
+    :func:`attnbench.report_stats.summarise` pairs rates only within one value, since the same jobs ran 40%
+    faster on one such machine than on another (compare re-run, 2026-11).
+    """
+    node = socket.gethostname() or "unknown-host"
+    try:
+        boot = BOOT_ID.read_text().strip().replace("-", "")[:8]
+    except OSError:
+        return node
+    return f"{node}/{boot}" if boot else node
 
 
 def batch_size(batch: dict[str, Any]) -> int:
@@ -117,6 +142,12 @@ class RunStats(pl.Callback):
     DDP (processes wait for each other in the all-reduce), where it would not
     separate a disturbed run from a normal one.
 
+    Where each rate was measured is in :attr:`measured_on`: ``train_host`` and ``test_host``
+    (:func:`machine_boot`; under DDP rank 0's). A resumed run whose measured training steps ran on several
+    hosts (interrupted on one machine, resumed on another) has them all, sorted and joined by ``+``; steps
+    restored from a checkpoint that names no host count as :data:`UNKNOWN_HOST`. These are text, so they go to
+    ``metrics.json`` and the W&B summary, not to the loggers' metric rows.
+
     A resumed run's ``perf/peak_mem_bytes`` is the largest of its processes'
     (each checkpoint keeps the peak so far). A resumed single-process run
     reports the rate of every measured step, before
@@ -140,6 +171,8 @@ class RunStats(pl.Callback):
         super().__init__()
         self.warmup_steps = int(warmup_steps)
         self.summary: dict[str, float] = {}
+        self.measured_on: dict[str, str] = {}
+        self._restored_hosts: set[str] = set()  # the hosts of the measured steps counted on from a checkpoint
         self._reset_train()
         self._test_samples = 0
         self._test_tokens = 0
@@ -154,8 +187,9 @@ class RunStats(pl.Callback):
     _MEASURED = ("_train_time", "_train_cpu", "_train_samples", "_train_tokens", "_train_steps")
 
     def state_dict(self) -> dict[str, Any]:
-        """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps), the peak
-        memory so far (bytes) and the world size they were counted under; saved in every checkpoint.
+        """The measured-step counters so far (seconds, CPU seconds, samples, tokens, optimizer steps), the hosts
+        they were measured on (``hosts``: :func:`machine_boot` values), the peak memory so far (bytes) and the world
+        size they were counted under; saved in every checkpoint.
 
         A checkpoint restored but not yet counted on from (a checkpoint written between the restore and the start
         of training, e.g. ``interrupted.ckpt`` on a Ctrl-C there) is included, so no resume loses the counters
@@ -163,14 +197,38 @@ class RunStats(pl.Callback):
         pending = self._restored
         peak = max(self._restored_peak, int(pending.get("peak_mem_bytes", 0)),
                    peak_memory_bytes(self._device) if self._device is not None else 0)
-        return {"world_size": self._world_size, "peak_mem_bytes": peak, **self._counters_with(pending, self._world_size)}
+        return {"world_size": self._world_size, "peak_mem_bytes": peak, **self._counters_with(pending, self._world_size),
+                "hosts": sorted(self._hosts_with(pending, self._world_size))}
 
     def _counters_with(self, restored: dict[str, Any], world_size: int) -> dict[str, Any]:
         """This process's measured-step counters plus ``restored``'s, where both are one single-process run."""
         counters = {name: getattr(self, name) for name in self._MEASURED}
-        if restored.get("world_size") == 1 and world_size == 1:
+        if self._counted_on(restored, world_size):
             counters = {name: value + type(value)(restored.get(name, 0)) for name, value in counters.items()}
         return counters
+
+    @staticmethod
+    def _counted_on(restored: dict[str, Any], world_size: int) -> bool:
+        """Whether a checkpoint's counters add to this process's: both are one single-process run."""
+        return restored.get("world_size") == 1 and world_size == 1
+
+    @staticmethod
+    def _checkpoint_hosts(restored: dict[str, Any]) -> set[str]:
+        """The hosts of a checkpoint's measured steps: its ``hosts``; for a checkpoint from before they were kept,
+        :data:`UNKNOWN_HOST` if it had measured steps."""
+        if "hosts" in restored:
+            return set(restored["hosts"])
+        return {UNKNOWN_HOST} if float(restored.get("_train_time", 0.0)) > 0 else set()
+
+    def _hosts_with(self, restored: dict[str, Any], world_size: int) -> set[str]:
+        """The hosts of the measured steps so far: those counted on from a checkpoint, this process's if it
+        measured a step, and ``restored``'s where its counters add to this process's."""
+        hosts = set(self._restored_hosts)
+        if self._train_steps_here:
+            hosts.add(machine_boot())
+        if self._counted_on(restored, world_size):
+            hosts |= self._checkpoint_hosts(restored)
+        return hosts
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Keep a checkpoint's counters until training starts (or, for a resumed run whose training had already
@@ -181,6 +239,8 @@ class RunStats(pl.Callback):
         """Add the restored counters (once) to this process's, for a single-process run counted as one."""
         restored, self._restored = self._restored, {}
         self._restored_peak = max(self._restored_peak, int(restored.get("peak_mem_bytes", 0)))
+        if self._counted_on(restored, trainer.world_size):
+            self._restored_hosts |= self._checkpoint_hosts(restored)
         for name, value in self._counters_with(restored, trainer.world_size).items():
             setattr(self, name, value)
 
@@ -195,6 +255,7 @@ class RunStats(pl.Callback):
         self._train_samples = 0
         self._train_tokens = 0
         self._train_steps = 0
+        self._train_steps_here = 0  # measured batches of this process (not restored): its host counts
         self._last_end: float | None = None
         self._last_cpu = 0.0
         self._last_step = 0
@@ -212,6 +273,8 @@ class RunStats(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset_train()
         self._world_size, self._device, self._restored_peak = trainer.world_size, pl_module.device, 0
+        self._restored_hosts = set()
+        self.measured_on.pop("train_host", None)
         reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
         self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
 
@@ -235,6 +298,7 @@ class RunStats(pl.Callback):
             # optimizer steps (the unit of trainer.max_steps and train/steps_planned): with
             # accumulate_grad_batches=k the global step moves on every k-th batch (and on an epoch's last)
             self._train_steps += step - self._last_step
+            self._train_steps_here += 1
         self._last_end, self._last_cpu, self._last_step = now, cpu, step
 
     def on_validation_start(self, trainer, pl_module) -> None:
@@ -261,6 +325,7 @@ class RunStats(pl.Callback):
             self.summary["train/tokens_per_sec"] = tokens / seconds
             self.summary["train/steps_per_sec"] = self._train_steps / seconds  # every process takes every step
             self.summary["train/time_sec"] = seconds
+            self.measured_on["train_host"] = "+".join(sorted(self._hosts_with({}, trainer.world_size)))
             if self._records_cpu_share(trainer, pl_module):
                 self.summary["train/cpu_share"] = self._train_cpu / seconds
         elif self._steps_seen:
@@ -288,6 +353,7 @@ class RunStats(pl.Callback):
         if elapsed > 0 and samples:
             self.summary["test/samples_per_sec"] = samples / elapsed
             self.summary["test/tokens_per_sec"] = tokens / elapsed
+            self.measured_on["test_host"] = machine_boot()
             if self._records_cpu_share(trainer, pl_module):
                 self.summary["test/cpu_share"] = (time.thread_time() - self._test_cpu0) / elapsed
         self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))

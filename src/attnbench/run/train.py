@@ -256,18 +256,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
     summary: dict[str, Any] = {**fit_metrics, **test_metrics, **steps}
+    measured_on: dict[str, str] = {}  # RunStats: the host of each rate (text: metrics.json and W&B, not the loggers)
     for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
+        measured_on.update(getattr(callback, "measured_on", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
     whole_run = {k: v for k, v in summary.items() if k not in fit_metrics and k not in test_metrics}
     with failures.translating(wandb_logger):
         log_whole_run(trainer, whole_run)
     info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
     info["stopped_by"] = stopped_by
+    info.update(measured_on)
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
     if wandb_logger is not None:
-        info.update(wandb_summary(wandb_logger, summary))
+        info.update(wandb_summary(wandb_logger, {**summary, **measured_on}))
     with failures.translating(wandb_logger):
         write_json(output_dir / "metrics.json", {**summary, **info})
         if best:

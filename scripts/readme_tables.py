@@ -111,6 +111,7 @@ FIGURE_COLUMNS = frozenset({
     "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
     "n_stopped", "steps_done", "steps_planned", "extrapolated_sec", "n_disturbed", "n_inexact_resume",
     "train_tok_s_ratio", "test_tok_s_ratio", "train_steps_s_ratio", "n_repeats",
+    "train_tok_s_ratio_n", "test_tok_s_ratio_n", "train_steps_s_ratio_n",
 })
 BASELINE = "scaled_dot"
 #: the order score functions are listed in (others follow in the CSV's order)
@@ -133,7 +134,8 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
     Raises:
         ValueError: a column the report.csv must have is missing, two rows share the setting and score
             function (another setting varies too: the table would hide it), or the report's paired columns refer
-            to a baseline other than :data:`BASELINE` (its row's paired Δ is not 0 or its paired multiple not 1).
+            to a baseline other than :data:`BASELINE` (its row's paired Δ is not 0 or its paired multiple not 1,
+            or a setting without its row has paired values).
     """
     if not rows:
         raise ValueError("report.csv has no rows")
@@ -155,6 +157,16 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
                 raise ValueError(f"report.csv's {BASELINE} row ({key}={setting}) has {', '.join(off)} = "
                                  f"{', '.join(row[c] for c in off)}: its paired columns refer to another baseline; "
                                  f"these tables say 'vs {BASELINE}': write the report with --baseline {BASELINE}")
+
+    paired = ("diff_mean", "train_tok_s_ratio", "test_tok_s_ratio")
+    for setting, by_attention in table.items():  # no baseline row: a report paired to scaled_dot pairs nothing here
+        if BASELINE not in by_attention:
+            off = sorted({f"{a} {c}" for a, row in by_attention.items() for c in paired
+                          if not math.isnan(_num(row.get(c)))})
+            if off:
+                raise ValueError(f"report.csv has no {BASELINE} row for {key}={setting} but paired columns "
+                                 f"({', '.join(off)}): they refer to another baseline; these tables say "
+                                 f"'vs {BASELINE}': write the report with --baseline {BASELINE}")
 
     def setting_order(value: str) -> tuple:
         try:
@@ -205,15 +217,19 @@ def _multiple(row: dict[str, str], base: dict[str, str] | None, column: str) -> 
 
 
 def _ratio(row: dict[str, str], base: dict[str, str] | None, column: str) -> str:
-    """``row[column]`` as a multiple of the baseline's (:func:`_multiple`); the baseline row shows its absolute
-    rate (its median over seeds)."""
+    """``row[column]`` as a multiple of the baseline's (:func:`_multiple`), with ``(k pairs)`` where
+    the report paired fewer of its seeds than it has (``<column>_ratio_n``: a seed's runs disturbed, or run on two
+    machines); the baseline row shows its absolute rate (its median over seeds)."""
     value = _num(row.get(column))
     if base is None or math.isnan(value):
         return "–"
     if row is base:
         return f"1.00 ({value:,.0f}/s)"
     multiple = _multiple(row, base, column)
-    return "–" if math.isnan(multiple) else f"{multiple:.2f}"
+    if math.isnan(multiple):
+        return "–"
+    pairs, seeds = _num(row.get(f"{column}_ratio_n")), _num(row.get("n"))
+    return f"{multiple:.2f}" + (f" ({int(pairs)} pairs)" if pairs < seeds else "")
 
 
 def _fixed(value: str, digits: int) -> str:
@@ -371,7 +387,9 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
 
     Raises:
         ValueError: a job CSV without ``job``/``data``/``attention``/``test/acc``, no job name in both, a job
-            name twice in one CSV, or two jobs of one score function, dataset and seed.
+            name twice in one CSV, or two jobs of one score function, dataset and seed. A row counts only when it
+            finished (``status``, where the CSV has it) and was not stopped by ``trainer.max_time``
+            (``stopped_by``): a stopped run's accuracy is not a final one.
     """
     from collections import Counter
 
@@ -381,7 +399,10 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
         for column in ("job", "data", "attention", "test/acc"):
             if rows and column not in rows[0]:
                 raise ValueError(f"the {which} compare_jobs.csv has no {column!r} column")
-        finished = [r for r in rows if r.get("test/acc") not in (None, "")]
+        # a run the wall-time cap stopped (stopped_by) has a test/acc that is not a final one: the report leaves it
+        # out of accuracy and pairing (attnbench.report_stats.summarise), and so does this table
+        finished = [r for r in rows if r.get("test/acc") not in (None, "") and r.get("status") in (None, "", "finished")
+                    and r.get("stopped_by") in (None, "")]
         repeated = sorted(job for job, count in Counter(r["job"] for r in finished).items() if count > 1)
         if repeated:  # one would silently replace the other
             raise ValueError(f"the {which} compare_jobs.csv has two finished rows of job {', '.join(repeated)}: "

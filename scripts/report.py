@@ -682,15 +682,25 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _paired_multiple(row: pd.Series, column: str) -> str:
+    """``<column>_ratio`` with the number of pairs it is the median of (``<column>_ratio_n``, where the report has
+    it): ``0.47 (4)``; ``–`` without a pair."""
+    ratio, pairs = row.get(f"{column}_ratio"), row.get(f"{column}_ratio_n")
+    if not _finite(ratio):
+        return "–"
+    return f"{ratio:.2f}" + (f" ({int(pairs)})" if pairs is not None and pd.notna(pairs) else "")
+
+
 def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
     """The per-variant table as Markdown (accuracy as mean ± std and its 95% CI ``[lo, hi]``; the paired Δ as
     ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1)."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
     has_ratio = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
+    ratio_header = f"× {baseline} (paired; pairs)"
     headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
-               "train tok/s", *([f"× {baseline} (paired)"] if has_ratio else []), "train steps/s", "test tok/s",
-               *([f"× {baseline} (paired)"] if has_ratio else []), "peak mem (MiB)", "params"]
+               "train tok/s", *([ratio_header] if has_ratio else []), "train steps/s", "test tok/s",
+               *([ratio_header] if has_ratio else []), "peak mem (MiB)", "params"]
     if has_stopped:
         headers += ["s/step", f"whole budget at that rate ({STOPPED_MARK})"]
     if has_diag:
@@ -718,8 +728,8 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
             acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
         cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
-                  *([_fmt(r.get("train_tok_s_ratio"), 2)] if has_ratio else []), _fmt(r.get("train_steps_s"), 2),
-                  _fmt(r.get("test_tok_s"), 0), *([_fmt(r.get("test_tok_s_ratio"), 2)] if has_ratio else []),
+                  *([_paired_multiple(r, "train_tok_s")] if has_ratio else []), _fmt(r.get("train_steps_s"), 2),
+                  _fmt(r.get("test_tok_s"), 0), *([_paired_multiple(r, "test_tok_s")] if has_ratio else []),
                   _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("params"), 0)]
         if has_stopped:
             sec = r.get("sec_per_step")
@@ -906,10 +916,12 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         f"Δ: the paired difference to `{baseline}` over the seeds both finished (same setting, same seed). "
         "Throughput (tokens/s, steps/s) is the median over seeds of the runs nothing disturbed (a CPU run whose "
         f"thread had less than {MIN_CPU_SHARE} of a core, `train/cpu_share` / `test/cpu_share`, is left out and "
-        f"listed below); `× {baseline} (paired)` is the median over seeds of each run's rate divided by the "
-        f"`{baseline}` run's of the same seed and setting (scripts/reproduce.py runs one seed's jobs one after "
-        "another: a machine that got faster or slower between sessions moves the two medians, not such pairs); memory is the mean over "
-        "seeds, on CPU the process's peak RSS.",
+        f"listed below); `× {baseline} (paired; pairs)` is the median over seeds of each run's rate divided by the "
+        f"`{baseline}` run's of the same seed and setting measured on the same host (`train_host`, `test_host`: "
+        "one machine in one boot; runs from before hosts were recorded have none and pair with each other), and "
+        "in brackets how many such pairs there are (a machine that got faster or slower between sessions moves "
+        "the two medians, not such pairs; a seed whose two runs ran on different machines has no pair); memory "
+        "is the mean over seeds, on CPU the process's peak RSS.",
         "",
     ]
     if table.empty:

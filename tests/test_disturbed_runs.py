@@ -116,6 +116,84 @@ def test_no_share_on_a_gpu_or_under_ddp(clocks, monkeypatch, device, world_size)
     assert "train/cpu_share" not in stats.summary and "test/cpu_share" not in stats.summary
 
 
+# --------------------------------------------------------------------------- where each rate was measured
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """This process's :func:`machine_boot`, settable: ``host.name = "b/2"`` moves the run to another machine."""
+    where = SimpleNamespace(name="a/1")
+    monkeypatch.setattr("attnbench.callbacks.run_stats.machine_boot", lambda: where.name)
+    return where
+
+
+def test_machine_boot_is_the_hostname_and_the_boot_id(monkeypatch, tmp_path):
+    from attnbench.callbacks import run_stats
+
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("c4397b6f-241b-4e55-932d-cb0672474c08\n")
+    monkeypatch.setattr(run_stats, "BOOT_ID", boot_id)
+    monkeypatch.setattr(run_stats.socket, "gethostname", lambda: "vm")
+    run_stats.machine_boot.cache_clear()
+    try:
+        assert run_stats.machine_boot() == "vm/c4397b6f"
+        run_stats.machine_boot.cache_clear()
+        monkeypatch.setattr(run_stats, "BOOT_ID", tmp_path / "absent")  # not Linux: the hostname alone
+        assert run_stats.machine_boot() == "vm"
+    finally:
+        run_stats.machine_boot.cache_clear()
+
+
+def test_a_run_names_the_host_of_its_training_and_test_rates(clocks, host):
+    stats = RunStats(warmup_steps=1)
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
+    _fit(stats, trainer, module, clocks, [(1.0, 1.0), (1.0, 1.0)])
+    assert stats.state_dict()["hosts"] == ["a/1"]  # what a checkpoint carries on
+    host.name = "b/2"  # (a test loop measured elsewhere, as after a resume once training had ended)
+    _test(stats, trainer, module, clocks, wall=1.0, cpu=1.0)
+    assert stats.measured_on == {"train_host": "a/1", "test_host": "b/2"}
+
+
+def _resumed(stats, trainer, module, clocks, checkpoint, steps):
+    stats.load_state_dict(checkpoint)
+    stats.on_fit_start(trainer, module)
+    stats.on_train_start(trainer, module)
+    for i, (wall, cpu) in enumerate(steps):
+        stats.on_train_batch_start(trainer, module, _batch(), i)
+        clocks.step(wall, cpu)
+        trainer.global_step += 1
+        stats.on_train_batch_end(trainer, module, None, _batch(), i)
+    stats.on_fit_end(trainer, module)
+
+
+_MEASURED_BEFORE = {"world_size": 1, "peak_mem_bytes": 0, "_train_time": 2.0, "_train_cpu": 2.0,
+                    "_train_samples": 4, "_train_tokens": 40, "_train_steps": 2}
+
+
+@pytest.mark.parametrize("checkpoint_hosts, expected", [
+    (["b/2"], "a/1+b/2"),  # interrupted on machine b, resumed on a: the rate mixes two machines
+    (["a/1"], "a/1"),  # resumed on the machine it was interrupted on
+    (None, "a/1+unknown"),  # a checkpoint from before hosts were kept
+])
+def test_a_resumed_run_names_every_host_its_measured_steps_ran_on(clocks, host, checkpoint_hosts, expected):
+    checkpoint = dict(_MEASURED_BEFORE) if checkpoint_hosts is None else {**_MEASURED_BEFORE, "hosts": checkpoint_hosts}
+    stats = RunStats(warmup_steps=1)
+    trainer, module = SimpleNamespace(world_size=1, global_step=2), _module()
+    _resumed(stats, trainer, module, clocks, checkpoint, [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)])
+    assert stats.summary["train/time_sec"] == pytest.approx(4.0, rel=1e-12)  # 2 s before + 2 measured here
+    assert stats.measured_on["train_host"] == expected
+    assert stats.state_dict()["hosts"] == expected.split("+")
+
+
+def test_a_run_resumed_after_its_training_keeps_the_host_its_steps_ran_on(clocks, host):
+    """Killed while testing and resumed from the checkpoint its training ended with on another machine: no step is
+    measured here, so the training rate (all from before) is the first machine's alone."""
+    stats = RunStats(warmup_steps=1)
+    trainer, module = SimpleNamespace(world_size=1, global_step=2), _module()
+    _resumed(stats, trainer, module, clocks, {**_MEASURED_BEFORE, "hosts": ["b/2"]}, [])
+    assert stats.measured_on["train_host"] == "b/2"
+
+
 # --------------------------------------------------------------------------- the report's throughput columns
 
 
@@ -275,6 +353,41 @@ def test_multiples_of_the_baseline_pair_runs_of_one_seed():
     assert additive["test_tok_s_ratio"] == pytest.approx(0.25, rel=1e-12)
 
 
+def test_multiples_pair_only_runs_measured_on_one_host():
+    """A reproduction continued on another machine (this project's sessions each get a new one, and one ran the same
+    jobs 40% faster than another) pairs a run with its seed's baseline run of another machine: its multiple is then
+    the machines' ratio as much as the score functions'. Rates pair only on one host (train_host for the training
+    rates, test_host for the test rate); runs from before hosts were recorded (NaN) pair with each other."""
+    a, b = {"train_host": "a/1", "test_host": "a/1"}, {"train_host": "b/2", "test_host": "b/2"}
+    jobs = pd.DataFrame([
+        *[_job("scaled_dot", s, 10000.0, 40000.0, 0.99, 0.99, **a) for s in (0, 1, 2)],
+        _job("general", 0, 9000.0, 36000.0, 0.99, 0.99, **a),  # 0.9x, 0.9x
+        # trained on two machines (interrupted on b, resumed on a), tested on a: only its test rate pairs (0.8x)
+        _job("general", 1, 11000.0, 32000.0, 0.99, 0.99, **{"train_host": "a/1+b/2", "test_host": "a/1"}),
+        _job("general", 2, 14000.0, 56000.0, 0.99, 0.99, **b),  # all on the faster machine: no pair
+        _job("scaled_dot", 3, 8000.0, 40000.0, 0.99, 0.99),  # from before hosts were recorded
+        _job("general", 3, 5600.0, 28000.0, 0.99, 0.99),  # 0.7x, 0.7x
+    ])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    general, base = table.loc["general"], table.loc["scaled_dot"]
+    assert general["train_tok_s_ratio"] == pytest.approx(0.8, rel=1e-12)  # seeds 0, 3: 0.9, 0.7
+    assert general["train_tok_s_ratio_n"] == 2 and general["train_steps_s_ratio_n"] == 2
+    assert general["train_steps_s_ratio"] == pytest.approx(0.8, rel=1e-12)
+    assert general["test_tok_s_ratio"] == pytest.approx(0.8, rel=1e-12)  # seeds 0, 1, 3: 0.9, 0.8, 0.7
+    assert general["test_tok_s_ratio_n"] == 3
+    assert base["train_tok_s_ratio"] == 1.0 and base["train_tok_s_ratio_n"] == 4
+    # without hosts in the table (older runs only) every seed pairs, as before
+    older = summarise(jobs.drop(columns=["train_host", "test_host"]), ["attention", "seed"]).set_index("attention")
+    assert older.loc["general", "train_tok_s_ratio_n"] == 4 and older.loc["general", "test_tok_s_ratio_n"] == 4
+
+
+def test_a_baseline_rate_of_zero_gives_no_multiple():
+    jobs = pd.DataFrame([_job("scaled_dot", 0, 0.0, 10.0, 0.99, 0.99), _job("dot", 0, 1000.0, 10.0, 0.99, 0.99)])
+    dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]
+    assert math.isnan(dot["train_tok_s_ratio"]) and dot["train_tok_s_ratio_n"] == 0
+    assert dot["test_tok_s_ratio"] == 1.0 and dot["test_tok_s_ratio_n"] == 1
+
+
 def test_no_multiple_without_a_baseline_pair():
     jobs = pd.DataFrame([_job("dot", 0, 1000.0, 10.0, 0.99, 0.99), _job("scaled_dot", 1, 2000.0, 20.0, 0.99, 0.99)])
     table = summarise(jobs, ["attention", "seed"]).set_index("attention")
@@ -320,3 +433,49 @@ def test_the_report_says_when_seeds_repeat(tmp_path):
     assert pd.read_csv(tmp_path / "report.csv").set_index("attention")["n_repeats"].to_dict() == \
         {"dot": 1, "scaled_dot": 0}
     assert "repeat a variant's seed" not in report.build_report(jobs.iloc[1:], ["attention", "seed"], "t", tmp_path)
+
+
+def test_a_seed_typed_two_ways_is_one_replicate():
+    """Seed 0 as an int (a CSV reader), as a float (a column with gaps) and as text (a run's config) is one seed.
+    Before: a variant whose seeds were text and a baseline whose seeds were ints raised in the merge, and a
+    variant holding both counted seed 0 twice (n = 2 from one seed, n_repeats 0) and paired only one of them."""
+    jobs = pd.DataFrame([_job("dot", "0", 1000.0, 10.0, **{ACC: 0.70}), _job("dot", 1, 1000.0, 10.0, **{ACC: 0.72}),
+                         _job("scaled_dot", 0, 2000.0, 10.0, **{ACC: 0.80}),
+                         _job("scaled_dot", 1.0, 2000.0, 10.0, **{ACC: 0.82})])
+    dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]
+    assert dot["n"] == 2 and dot["diff_n"] == 2 and dot["diff_mean"] == pytest.approx(-0.10)
+    assert dot["train_tok_s_ratio"] == pytest.approx(0.5)
+    twice = pd.DataFrame([_job("dot", "0", 1000.0, 10.0, **{ACC: 0.70}), _job("dot", 0, 1000.0, 10.0, **{ACC: 0.80}),
+                          _job("scaled_dot", 0, 2000.0, 10.0, **{ACC: 0.80})])
+    dot = summarise(twice, ["attention", "seed"]).set_index("attention").loc["dot"]
+    assert (dot["n"], dot["n_repeats"], dot["diff_n"]) == (1, 1, 1)
+    assert dot["diff_mean"] == pytest.approx(-0.05)  # the mean of its two runs, 0.75, paired with 0.80
+
+
+def test_a_run_without_a_seed_is_its_own_replicate_and_pairs_with_nothing():
+    """An unknown seed (NaN: a run whose record has no seed) is no pair to another unknown seed, and two of them are
+    not one seed. Before: a variant's seedless runs were averaged into one replicate (n = 1 from three runs, no
+    interval) and that mean was paired with the baseline's seedless runs' mean as if they shared a seed."""
+    nan = math.nan
+    jobs = pd.DataFrame([_job("dot", nan, 1000.0, 10.0, **{ACC: acc}) for acc in (0.70, 0.72, 0.74)]
+                        + [_job("scaled_dot", nan, 2000.0, 10.0, **{ACC: acc}) for acc in (0.80, 0.82)]
+                        + [_job("dot", 1, 1000.0, 10.0, **{ACC: 0.76}), _job("scaled_dot", 1, 2000.0, 10.0, **{ACC: 0.81})])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    dot, base = table.loc["dot"], table.loc["scaled_dot"]
+    assert (dot["n"], dot["n_repeats"]) == (4, 0) and dot["acc_mean"] == pytest.approx(0.73)
+    assert dot["diff_n"] == 1 and dot["diff_mean"] == pytest.approx(0.76 - 0.81)  # seed 1 only
+    assert dot["train_tok_s_ratio"] == pytest.approx(0.5)
+    assert (base["n"], base["diff_n"], base["diff_mean"], base["train_tok_s_ratio"]) == (3, 3, 0.0, 1.0)  # itself
+
+
+def test_a_rate_of_zero_is_no_measurement():
+    """A rate of 0 measured nothing. Before: two such runs pulled dot's median to 500 tokens/s (from 0, 0, 500, 600,
+    700; the measured runs' median is 600) and its multiple to 0.5 (pairs 0, 0, 0.5, 0.6 and, for the baseline's
+    rate of 0, inf) where the measured pairs (0.5, 0.6) give 0.55."""
+    rates = [(0.0, 1000.0), (0.0, 1000.0), (500.0, 1000.0), (600.0, 1000.0), (700.0, 0.0)]  # (dot, scaled_dot)
+    jobs = pd.DataFrame([_job(a, seed, rate, 10.0) for seed, pair in enumerate(rates)
+                         for a, rate in zip(("dot", "scaled_dot"), pair)])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    assert table.loc["dot", "train_tok_s"] == pytest.approx(600.0)
+    assert table.loc["dot", "train_tok_s_ratio"] == pytest.approx(0.55)
+    assert table.loc["scaled_dot", "train_tok_s"] == 1000.0 and table.loc["scaled_dot", "train_tok_s_ratio"] == 1.0

@@ -348,3 +348,38 @@ def test_a_report_paired_to_another_baseline_is_refused():
     lines = [lines[0]] + [r + (",2.0" if ",scaled_dot," in r else ",1.0") for r in lines[1:]]
     with pytest.raises(ValueError, match="has train_tok_s_ratio = 2.0"):
         tables.render_compare(_rows("\n".join(lines) + "\n"))
+
+
+def test_a_report_paired_to_a_baseline_the_setting_lacks_is_refused():
+    """A report written with ``--baseline dot`` over runs without scaled_dot has no scaled_dot row to check, yet
+    its Δ and multiples are relative to dot. Before: they were shown under "Δ vs scaled_dot". A report paired to
+    scaled_dot has no paired value in a setting without scaled_dot (nothing to pair with)."""
+    text = COMPARE_CSV.replace("extrapolated_sec\n", "extrapolated_sec,train_tok_s_ratio,test_tok_s_ratio\n", 1)
+    lines = text.strip().splitlines()
+    lines = [lines[0]] + [r + (",1.0,1.0" if ",scaled_dot," in r else ",0.9,0.8") for r in lines[1:]]
+    rows = _rows("\n".join(lines) + "\n")
+    tables.render_compare(rows)
+    without_base = [r for r in rows if not (r["data"] == "trec" and r["attention"] == "scaled_dot")]
+    with pytest.raises(ValueError, match=r"no scaled_dot row for data=trec but paired columns \(dot diff_mean, "
+                                         r"dot test_tok_s_ratio, dot train_tok_s_ratio\)"):
+        tables.render_compare(without_base)
+    unpaired = [dict(r, diff_mean="", diff_ci="", diff_n="", train_tok_s_ratio="", test_tok_s_ratio="")
+                if r["data"] == "trec" else r for r in without_base]
+    assert "| trec | `dot` | 1 | 0.8440 | 1 seed, no interval | – | – | – |" in tables.render_compare(unpaired)
+
+
+def test_the_two_machine_table_leaves_out_runs_the_wall_time_cap_stopped():
+    """A run ``trainer.max_time`` stopped (``stopped_by``) has a test accuracy that is not a final one; the report
+    leaves it out and so must this table. Before: it counted as a finished seed (here 0.55 of a stopped run
+    moved dot's 'now' mean from 0.79 to 0.71)."""
+    def job(attention, seed, acc, **extra):
+        return {"job": f"{attention}-sst2-s{seed}", "data": "sst2", "attention": attention, "seed": str(seed),
+                "test/acc": str(acc), "status": "finished", "stopped_by": "", **extra}
+
+    before = [job(a, s, acc) for a, acc in (("scaled_dot", 0.80), ("dot", 0.79)) for s in range(3)]
+    now = [job("scaled_dot", s, 0.80) for s in range(3)] + [job("dot", 0, 0.79), job("dot", 1, 0.79),
+                                                            job("dot", 2, 0.55, stopped_by="max_time")]
+    dot = next(line for line in tables.render_two_machines(before, now).splitlines() if "`dot`" in line)
+    assert dot.startswith("| sst2 | `dot` | 2 | 0.7900 ± 0.0000 | 0.7900 ± 0.0000 | ±0.0000")
+    failed = now[:5] + [job("dot", 2, 0.55, status="failed")]
+    assert "| `dot` | 2 |" in tables.render_two_machines(before, failed)

@@ -30,6 +30,10 @@ RATE_COLUMNS = (
     ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
     ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
 )
+#: the metric that names where each rate was measured (:func:`attnbench.callbacks.run_stats.machine_boot`): a rate
+#: pairs with its baseline's only when both were measured on one machine in one boot
+HOST_OF_RATE = {"train/tokens_per_sec": "train_host", "test/tokens_per_sec": "test_host",
+                "train/steps_per_sec": "train_host"}
 #: ``metrics.json``'s ``resume`` (:class:`attnbench.callbacks.resume_state.ResumeState`) as jobs.csv columns: whether
 #: the resume was exact, the epoch it resumed in, that epoch's batches done before the checkpoint and its batch
 #: count, and the number of that epoch's batches the resumed run replayed and never saw (0 for an exact resume)
@@ -79,6 +83,30 @@ def _per_replicate(runs: pd.DataFrame, replicates: list[str], metric: str, how: 
     return reduced.dropna(subset=[metric])
 
 
+def _replicate_label(value: Any, key: str, run: Any) -> Any:
+    """A replicate key's value as one canonical text, so that a seed read as ``0`` (a CSV's int), ``0.0`` (a float
+    column with gaps) or ``"0"`` (a config's text) is one replicate and pairs with itself. A missing value
+    (NaN, None, ``""``, ``"null"``) of ``data.fold`` is the fold-less value, shared by every such run; a missing
+    seed is unknown: it is the run's own replicate (``run``: its index label), counted once and paired with
+    nothing, as runs without any seed column are."""
+    text = value.strip() if isinstance(value, str) else value
+    missing = text is None or (isinstance(text, str) and text.lower() in ("", "null", "none", "nan"))
+    if not missing and not isinstance(text, (str, bool)):
+        try:
+            missing = bool(pd.isna(text))
+        except (TypeError, ValueError):
+            missing = False
+    if missing:
+        return f"<no {key}: run {run}>" if key == "seed" else math.nan
+    if isinstance(text, bool):
+        return format_setting(text)
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return text if isinstance(text, str) else format_setting(text)
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
@@ -88,7 +116,10 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
 
     Runs that share a variant and a replicate (a job run twice and both kept) count as one replicate: accuracy is
     their mean and a rate pairs as their median; ``n_repeats`` counts the variant's finished runs beyond one per
-    replicate (0 when every run is its own replicate).
+    replicate (0 when every run is its own replicate). Replicate keys are compared as text (:func:`_replicate_label`:
+    seed ``0``, ``0.0`` and ``"0"`` are one replicate); a run without a seed is a replicate of its own that pairs
+    with nothing (an unknown seed is no pair, and two unknown seeds are not one seed). A rate of 0 or less (or not
+    a number) is no measurement: it is left out of the rate medians and the multiples.
 
     Columns: the variant keys, ``n`` (finished replicates), ``acc_mean``, ``acc_std``,
     ``acc_ci`` (95% half-width), ``diff_mean``/``diff_ci`` (paired over the replicates
@@ -98,7 +129,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     ``max_score`` when logged; ``sec_per_step`` (seconds per training step, 1 / ``train_steps_s``);
     ``train_tok_s_ratio``, ``test_tok_s_ratio``, ``train_steps_s_ratio`` (where ``attention`` is swept): the
     variant's rate as a multiple of ``baseline``'s, **paired**: the median over replicates of run rate / the
-    baseline run's rate of the same replicate and setting (1.0 for the baseline itself; NaN without a pair).
+    baseline run's rate of the same replicate and setting, measured on the same host (1.0 for the baseline
+    itself; NaN without a pair), and ``<column>_ratio_n``, the number of such pairs.
 
     The three rates are the **median** over the variant's runs, not the mean: a wall-clock rate only ever errs
     low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
@@ -109,8 +141,11 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
     (compare re-run, 2026-11; the drifted runs' ``cpu_share`` read 0.96-0.98, so the rule flagged none of them),
     which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
-    undisturbed runs, and only as close in time as the reproduction made it: one interrupted within a seed pairs
-    across sessions. The other columns are means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
+    undisturbed runs measured on one host: the same machine in one boot (``train_host`` for the training rates,
+    ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction continued on another machine, or a
+    resumed run's steps measured on two, pair with nothing there). Runs from before hosts were recorded have
+    none and pair with each other as before, with no check that they ran on one machine. The other columns are
+    means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
     replayed and as many unseen); their figures count, the report lists them.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
@@ -133,6 +168,12 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     if "_batch_size" in done and "train/samples_per_sec" in done:
         derived = done["train/samples_per_sec"] / pd.to_numeric(done["_batch_size"], errors="coerce")
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
+    for k in replicates:  # one seed one replicate, whichever reader typed it; an unknown seed pairs with nothing
+        done[k] = [_replicate_label(v, k, i) for i, v in zip(done.index, done[k])]
+    for _, metric, _ in RATE_COLUMNS:  # a rate <= 0 measured nothing: no median of it, no multiple (x / 0 = inf)
+        if metric in done:
+            rate = pd.to_numeric(done[metric], errors="coerce")
+            done[metric] = rate.where(rate > 0)
     stopped = stopped_runs(done)
     disturbed = {share: disturbed_runs(done, share) for share in ("train/cpu_share", "test/cpu_share")}
     inexact = inexact_resumes(done)
@@ -167,11 +208,15 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 kept = undisturbed[group.index]
                 row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
                 if base_runs is not None:
-                    pairs = _per_replicate(group[kept], replicates, metric, "median").merge(
-                        _per_replicate(base_runs[undisturbed[base_runs.index]], replicates, metric, "median"),
-                        on=replicates, suffixes=("", "_base"))
+                    # one seed's runs on one host pair (a host column absent, or NaN in runs from before it: pairs
+                    # as the replicate alone did)
+                    on = [*replicates, *([HOST_OF_RATE[metric]] if HOST_OF_RATE[metric] in done else [])]
+                    pairs = _per_replicate(group[kept], on, metric, "median").merge(
+                        _per_replicate(base_runs[undisturbed[base_runs.index]], on, metric, "median"),
+                        on=on, suffixes=("", "_base"))
                     ratios = (pairs[metric] / pairs[f"{metric}_base"]).dropna()
                     row[f"{column}_ratio"] = float(ratios.median()) if len(ratios) else math.nan
+                    row[f"{column}_ratio_n"] = len(ratios)
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())
         row["n_inexact_resume"] = int(inexact[group.index].sum())
         for column, metric, scale in (

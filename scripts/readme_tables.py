@@ -191,6 +191,8 @@ def _acc(row: dict[str, str]) -> tuple[str, str]:
         return (f"unfinished (max_time): {_num(row['steps_done']):,.0f} of {_num(row['steps_planned']):,.0f} steps",
                 "–")
     mean, std, half = _num(row["acc_mean"]), _num(row["acc_std"]), _num(row["acc_ci"])
+    if math.isnan(mean):  # no finished run with a test accuracy (its runs record none)
+        return "–", "no test accuracy"
     extra = f" (+{stopped} unfinished, left out)" if stopped else ""
     if n == 1 or math.isnan(half):
         return f"{mean:.4f}{extra}", "1 seed, no interval"

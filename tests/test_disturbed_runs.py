@@ -479,3 +479,29 @@ def test_a_rate_of_zero_is_no_measurement():
     assert table.loc["dot", "train_tok_s"] == pytest.approx(600.0)
     assert table.loc["dot", "train_tok_s_ratio"] == pytest.approx(0.55)
     assert table.loc["scaled_dot", "train_tok_s"] == 1000.0 and table.loc["scaled_dot", "train_tok_s_ratio"] == 1.0
+
+
+def test_the_fold_of_a_run_without_cross_validation_names_no_replicate():
+    """``data.fold`` (default 0) means something only with ``data.cv_folds`` set. Runs from before the key existed
+    have none (NaN); a later run of the same job (its baseline run again on newer code) records fold 0 with
+    cv_folds null: one replicate, which must pair. Before: NaN and "0" never paired, so Δ and the multiples came
+    out NaN with no error."""
+    older = [_job("dot", s, 1000.0, 10.0, **{ACC: 0.78}) for s in (0, 1)]
+    newer = [_job("scaled_dot", s, 2000.0, 10.0, **{ACC: 0.80, "data.fold": "0", "data.cv_folds": "null"})
+             for s in (0, 1)]
+    table = summarise(pd.DataFrame(older + newer), ["attention", "seed"]).set_index("attention")
+    assert table.loc["dot", "diff_n"] == 2 and table.loc["dot", "diff_mean"] == pytest.approx(-0.02)
+    assert table.loc["dot", "train_tok_s_ratio"] == pytest.approx(0.5) and table.loc["dot", "train_tok_s_ratio_n"] == 2
+    # with cross-validation the folds are replicates: seed 0 fold 1 of dot has no scaled_dot twin
+    cv = [_job(a, 0, 1000.0, 10.0, **{ACC: 0.8, "data.fold": f, "data.cv_folds": 5})
+          for a, f in (("scaled_dot", 0), ("dot", 0), ("dot", 1))]
+    dot = summarise(pd.DataFrame(cv), ["attention", "seed", "data.fold"]).set_index("attention").loc["dot"]
+    assert dot["n"] == 2 and dot["diff_n"] == 1
+
+
+def test_runs_without_a_test_accuracy_have_no_accuracy_but_their_costs():
+    """Finished runs whose records hold no ``test/acc`` (a test loop skipped). Before: ``KeyError: 'test/acc'``."""
+    jobs = pd.DataFrame([_job(a, 0, r, 10.0) for a, r in (("scaled_dot", 2000.0), ("dot", 1000.0))]).drop(columns=[ACC])
+    dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]
+    assert dot["n"] == 0 and math.isnan(dot["acc_mean"]) and math.isnan(dot["diff_mean"])
+    assert dot["train_tok_s"] == 1000.0 and dot["train_tok_s_ratio"] == pytest.approx(0.5)

@@ -383,3 +383,9 @@ def test_the_two_machine_table_leaves_out_runs_the_wall_time_cap_stopped():
     assert dot.startswith("| sst2 | `dot` | 2 | 0.7900 ± 0.0000 | 0.7900 ± 0.0000 | ±0.0000")
     failed = now[:5] + [job("dot", 2, 0.55, status="failed")]
     assert "| `dot` | 2 |" in tables.render_two_machines(before, failed)
+
+
+def test_a_variant_without_a_test_accuracy_reads_as_none_not_nan():
+    """A report row with n = 0 and no stopped run (its runs recorded no test accuracy). Before: 'nan'."""
+    assert tables._acc({"n": "0", "acc_mean": "", "acc_std": "", "acc_ci": "", "n_stopped": "0"}) == \
+        ("–", "no test accuracy")

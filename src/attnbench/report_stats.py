@@ -165,11 +165,18 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         return pd.DataFrame(columns=variant_keys)
     if "train/steps_per_sec" not in done:
         done["train/steps_per_sec"] = math.nan
+    if ACC not in done:  # runs that record no test accuracy (test skipped): n = 0, their costs still count
+        done[ACC] = math.nan
     if "_batch_size" in done and "train/samples_per_sec" in done:
         derived = done["train/samples_per_sec"] / pd.to_numeric(done["_batch_size"], errors="coerce")
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
     for k in replicates:  # one seed one replicate, whichever reader typed it; an unknown seed pairs with nothing
         done[k] = [_replicate_label(v, k, i) for i, v in zip(done.index, done[k])]
+    if "data.fold" in replicates and "data.cv_folds" in done:
+        # without cross-validation (cv_folds null) the fold names nothing: such a run is fold-less, like one from
+        # before the key existed (NaN), so the two pair
+        no_cv = done["data.cv_folds"].map(lambda v: _replicate_label(v, "data.cv_folds", None)).isna()
+        done.loc[no_cv, "data.fold"] = math.nan
     for _, metric, _ in RATE_COLUMNS:  # a rate <= 0 measured nothing: no median of it, no multiple (x / 0 = inf)
         if metric in done:
             rate = pd.to_numeric(done[metric], errors="coerce")

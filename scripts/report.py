@@ -62,6 +62,7 @@ from attnbench.run.loggers import csv_log_segments
 from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
     ACC,
     REPLICATE_KEYS,
+    HOST_COLUMNS,
     SETTING_GROUPS,
     STATUS_FAILED,
     STATUS_INCOMPLETE,
@@ -554,6 +555,8 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
+        # where its rates were measured (text: RunStats.measured_on), which the paired multiples pair on
+        record.update({k: v for k, v in dict(run.summary).items() if k in HOST_COLUMNS and isinstance(v, str)})
         record.update(_wandb_val_history(*segments))
         if stopped_by := _wandb_stopped_by(dict(run.summary), config):
             record["stopped_by"] = stopped_by

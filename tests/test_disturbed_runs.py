@@ -381,6 +381,48 @@ def test_multiples_pair_only_runs_measured_on_one_host():
     assert older.loc["general", "train_tok_s_ratio_n"] == 4 and older.loc["general", "test_tok_s_ratio_n"] == 4
 
 
+def test_a_seed_paired_on_two_hosts_counts_once_in_the_multiple():
+    """A seed whose runs (variant and baseline) were run again on a second machine, both kept: two pairs of one
+    seed. Before: the median over pairs counted that seed twice (1.0 from pairs 1.0, 1.0, 2.0; ratio_n 3 > n 2)."""
+    jobs = pd.DataFrame([
+        *[_job(a, 0, r, 10.0, **{"train_host": h, "test_host": h}) for h in ("a/1", "b/2")
+          for a, r in (("scaled_dot", 1000.0), ("dot", 1000.0))],  # seed 0 on both machines: 1.0 on each
+        _job("scaled_dot", 1, 1000.0, 10.0, **{"train_host": "a/1", "test_host": "a/1"}),
+        _job("dot", 1, 2000.0, 10.0, **{"train_host": "a/1", "test_host": "a/1"}),  # seed 1: 2.0
+    ])
+    dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]
+    assert dot["n"] == 2 and dot["train_tok_s_ratio"] == pytest.approx(1.5) and dot["train_tok_s_ratio_n"] == 2
+
+
+@pytest.mark.parametrize("mixed", ["unknown", "a/1+b/2", "a/1+unknown"])
+def test_a_rate_of_mixed_or_unknown_machines_pairs_with_nothing(mixed):
+    """A rate measured partly on an unknown machine (steps restored from a checkpoint older than hosts) or on two
+    (a resume elsewhere) is a mixture of machine speeds: two such runs with the same label need not share it.
+    Before: 'unknown' paired with 'unknown' and 'a/1+b/2' with 'a/1+b/2'."""
+    jobs = pd.DataFrame([_job("scaled_dot", 0, 1000.0, 4000.0, **{"train_host": mixed, "test_host": "a/1"}),
+                         _job("dot", 0, 1400.0, 5600.0, **{"train_host": mixed, "test_host": "a/1"})])
+    table = summarise(jobs, ["attention", "seed"]).set_index("attention")
+    assert math.isnan(table.loc["dot", "train_tok_s_ratio"]) and table.loc["dot", "train_tok_s_ratio_n"] == 0
+    assert table.loc["dot", "test_tok_s_ratio"] == pytest.approx(1.4)  # its test loop ran on one machine
+    assert table.loc["scaled_dot", "train_tok_s_ratio"] == 1.0  # itself
+
+
+def test_one_run_stats_fitted_twice_keeps_nothing_of_the_first_fit(clocks, host):
+    """Before: a second fit on machine b whose steps were all warm-up, and whose test measured nothing, ended with
+    the first fit's training rate (no host: it would pair with records from before hosts) and test rate and host."""
+    stats = RunStats(warmup_steps=1)
+    trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
+    _fit(stats, trainer, module, clocks, [(1.0, 1.0), (1.0, 1.0)])
+    _test(stats, trainer, module, clocks, wall=1.0, cpu=1.0)
+    assert stats.measured_on == {"train_host": "a/1", "test_host": "a/1"}
+    host.name = "b/2"
+    _fit(stats, trainer, module, clocks, [(1.0, 1.0)])  # all warm-up: no rate
+    stats.on_test_epoch_start(trainer, module)
+    stats.on_test_epoch_end(trainer, module)  # no test batch: nothing measured
+    assert stats.measured_on == {}
+    assert not [k for k in stats.summary if k.startswith(("train/", "test/")) and k.endswith(("_per_sec", "share"))]
+
+
 def test_a_baseline_rate_of_zero_gives_no_multiple():
     jobs = pd.DataFrame([_job("scaled_dot", 0, 0.0, 10.0, 0.99, 0.99), _job("dot", 0, 1000.0, 10.0, 0.99, 0.99)])
     dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]

@@ -282,6 +282,23 @@ def test_wandb_run_the_cap_stopped_is_not_averaged_as_final():
     assert row["acc_mean"] == pytest.approx((0.80 + 0.82 + 0.81) / 3)
 
 
+def test_wandb_runs_pair_their_rates_only_on_one_host():
+    """The hosts of a W&B run's rates are text in its summary (RunStats.measured_on). Before: read_wandb kept
+    numbers only, so a report over W&B paired dot's rate of machine B with scaled_dot's of machine A (1.4x)."""
+    runs = []
+    for seed, attention, rate, host in ((0, "scaled_dot", 1000.0, "A/1"), (0, "dot", 1400.0, "B/2"),
+                                        (1, "scaled_dot", 1000.0, "A/1"), (1, "dot", 900.0, "A/1")):
+        summary = {"test/acc": 0.8, "train/tokens_per_sec": rate, "test/tokens_per_sec": rate,
+                   "train_host": host, "test_host": host}
+        runs.append(FakeRun(name=f"{attention}-sst2-s{seed}", url=f"u{seed}{attention}",
+                            config=_config(attention, seed, run=seed), summary=summary, state="finished",
+                            job_type=None))
+    jobs, swept, _ = report.read_wandb("me/attnbench", None, api=FakeApi(runs))
+    assert set(jobs["train_host"]) == {"A/1", "B/2"}
+    dot = report.summarise(jobs, swept).set_index("attention").loc["dot"]
+    assert dot["train_tok_s_ratio"] == pytest.approx(0.9) and dot["train_tok_s_ratio_n"] == 1  # seed 1 only
+
+
 def test_wandb_unreachable_is_one_clear_error(monkeypatch, capsys):
     class Unreachable:
         def runs(self, path, filters=None):

@@ -34,6 +34,17 @@ RATE_COLUMNS = (
 #: pairs with its baseline's only when both were measured on one machine in one boot
 HOST_OF_RATE = {"train/tokens_per_sec": "train_host", "test/tokens_per_sec": "test_host",
                 "train/steps_per_sec": "train_host"}
+HOST_COLUMNS = ("train_host", "test_host")
+
+
+def _host_label(value: Any, run: Any) -> Any:
+    """A host column's value for pairing: one machine's host as it is; a run that names none (recorded before
+    hosts were) NaN, which pairs with NaN as before; a rate measured on several machines (a resume elsewhere,
+    ``a/1+b/2``) or partly on an unknown one (``unknown``, a checkpoint older than hosts) is a mixture of
+    machine speeds that no other run shares, so its own label (``run``: its index label) pairs it with nothing."""
+    if not isinstance(value, str) or value == "":
+        return math.nan
+    return f"<mixed: run {run}>" if "+" in value or value == "unknown" else value
 #: ``metrics.json``'s ``resume`` (:class:`attnbench.callbacks.resume_state.ResumeState`) as jobs.csv columns: whether
 #: the resume was exact, the epoch it resumed in, that epoch's batches done before the checkpoint and its batch
 #: count, and the number of that epoch's batches the resumed run replayed and never saw (0 for an exact resume)
@@ -130,7 +141,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     ``train_tok_s_ratio``, ``test_tok_s_ratio``, ``train_steps_s_ratio`` (where ``attention`` is swept): the
     variant's rate as a multiple of ``baseline``'s, **paired**: the median over replicates of run rate / the
     baseline run's rate of the same replicate and setting, measured on the same host (1.0 for the baseline
-    itself; NaN without a pair), and ``<column>_ratio_n``, the number of such pairs.
+    itself; NaN without a pair; a replicate paired on two hosts gives the median of its two), and
+    ``<column>_ratio_n``, the number of replicates with a pair.
 
     The three rates are the **median** over the variant's runs, not the mean: a wall-clock rate only ever errs
     low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
@@ -143,8 +155,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
     undisturbed runs measured on one host: the same machine in one boot (``train_host`` for the training rates,
     ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction continued on another machine, or a
-    resumed run's steps measured on two, pair with nothing there). Runs from before hosts were recorded have
-    none and pair with each other as before, with no check that they ran on one machine. The other columns are
+    resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs from
+    before hosts were recorded have none and pair with each other as before, with no check that they ran on one
+    machine. The other columns are
     means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
     replayed and as many unseen); their figures count, the report lists them.
 
@@ -172,6 +185,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
         done["train/steps_per_sec"] = done["train/steps_per_sec"].fillna(derived)
     for k in replicates:  # one seed one replicate, whichever reader typed it; an unknown seed pairs with nothing
         done[k] = [_replicate_label(v, k, i) for i, v in zip(done.index, done[k])]
+    for k in HOST_COLUMNS:
+        if k in done:
+            done[k] = [_host_label(v, i) for i, v in zip(done.index, done[k])]
     if "data.fold" in replicates and "data.cv_folds" in done:
         # without cross-validation (cv_folds null) the fold names nothing: such a run is fold-less, like one from
         # before the key existed (NaN), so the two pair
@@ -221,7 +237,10 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                     pairs = _per_replicate(group[kept], on, metric, "median").merge(
                         _per_replicate(base_runs[undisturbed[base_runs.index]], on, metric, "median"),
                         on=on, suffixes=("", "_base"))
-                    ratios = (pairs[metric] / pairs[f"{metric}_base"]).dropna()
+                    pairs["ratio"] = pairs[metric] / pairs[f"{metric}_base"]
+                    # one multiple per replicate (a seed paired on two machines: the median of its two), so that a
+                    # seed run again elsewhere counts once
+                    ratios = pairs.dropna(subset=["ratio"]).groupby(replicates, dropna=False)["ratio"].median()
                     row[f"{column}_ratio"] = float(ratios.median()) if len(ratios) else math.nan
                     row[f"{column}_ratio_n"] = len(ratios)
         row["n_disturbed"] = int((disturbed["train/cpu_share"] | disturbed["test/cpu_share"])[group.index].sum())

@@ -274,7 +274,10 @@ class RunStats(pl.Callback):
         self._reset_train()
         self._world_size, self._device, self._restored_peak = trainer.world_size, pl_module.device, 0
         self._restored_hosts = set()
-        self.measured_on.pop("train_host", None)
+        # one RunStats fitted again: nothing of the earlier fit's rates or hosts may pass for this one's
+        self.measured_on.clear()
+        for key in [k for k in self.summary if k.startswith(("train/", "test/"))]:
+            del self.summary[key]
         reset_peak_memory(pl_module.device)  # the peak of this job's training and test, not of data preparation
         self.summary["model/params"] = float(sum(p.numel() for p in pl_module.parameters()))
 
@@ -338,6 +341,9 @@ class RunStats(pl.Callback):
         self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))
 
     def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self.measured_on.pop("test_host", None)  # a test loop that measures nothing leaves no earlier loop's figures
+        for key in [k for k in self.summary if k.startswith("test/")]:
+            del self.summary[key]
         self._test_samples = 0
         self._test_tokens = 0
         self._test_t0, self._test_cpu0 = self._now(pl_module), time.thread_time()

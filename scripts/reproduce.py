@@ -70,6 +70,8 @@ STAGES = (*TRAIN_STAGES, "cost")
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
 SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
 ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
+#: the score function the reports pair every other one with (scripts/report.py --baseline, its default)
+BASELINE = "scaled_dot"
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
 #: the attention benchmark's sizes on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024
@@ -181,6 +183,55 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
         raise SystemExit(f"two jobs share a run dir ({', '.join(dup)}): the experiment's run_name must name "
                          "every swept key")
     return jobs
+
+
+def host_tag(host: str) -> str:
+    """A :func:`attnbench.callbacks.run_stats.machine_boot` value as a folder-name suffix: ``vm/c4397b6f`` ->
+    ``vm-c4397b6f`` (letters, digits, ``.``, ``_`` and ``-`` only)."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in host)
+
+
+def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) -> tuple[list[Job], list[Job]]:
+    """``jobs`` with a **baseline twin** before each job still to run whose ``baseline`` job (same stage, grid
+    overrides but ``attention``, and ``--set`` overrides) finished on another host; and the twins.
+
+    The report pairs a run's rates only with its seed's baseline run measured on the same host
+    (:func:`attnbench.report_stats.summarise`: ``train_host``, ``test_host``), since one machine ran the same
+    jobs 40% faster than another. A reproduction continued on another machine would leave its new runs without
+    a pair; the twin runs the baseline job again here, into ``<baseline run dir>-on-<host>`` (:func:`host_tag`),
+    as a repeat of the same seed (the report counts a seed once: ``n_repeats``). A twin already done here is not
+    run again; a baseline job still to run needs none (it runs here too), nor one whose record has no rate.
+
+    Args:
+        jobs: the plan (:func:`plan`), in order.
+        here: this machine's :func:`attnbench.callbacks.run_stats.machine_boot`.
+        baseline: the ``attention`` value the reports pair with.
+
+    Returns:
+        ``(jobs with the twins inserted, the twins)``.
+    """
+    def setting(job: Job) -> tuple:
+        return job.stage, tuple(sorted((k, v) for k, v in job.overrides.items() if k != "attention")), \
+            tuple(job.extra)
+
+    baselines = {setting(j): j for j in jobs if j.overrides.get("attention") == baseline}
+    planned, twins, seen = [], [], set()
+    for job in jobs:
+        base = baselines.get(setting(job))
+        if job is not base and base is not None and job.status() != "done" and base.status() == "done" \
+                and base.run_dir not in seen:
+            record = json.loads((base.run_dir / "metrics.json").read_text())
+            # the host of each rate it has (None: recorded before hosts were); a run without rates pairs nothing
+            hosts = [record.get(f"{phase}_host") for phase in ("train", "test") if f"{phase}/tokens_per_sec" in record]
+            if any(host != here for host in hosts):
+                seen.add(base.run_dir)
+                twin = Job(base.stage, dict(base.overrides), base.run_dir.with_name(f"{base.name}-on-{host_tag(here)}"),
+                           list(base.extra))
+                if twin.status() != "done":
+                    planned.append(twin)
+                    twins.append(twin)
+        planned.append(job)
+    return planned, twins
 
 
 def git_commit() -> str:
@@ -864,6 +915,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run no job: keep the records of the stages' finished runs that are not published "
                              "in docs/results/<device>/progress/ (commit them; --from-published restores them "
                              "on another machine)")
+    parser.add_argument("--no-baseline-twins", action="store_true",
+                        help=f"do not run a {BASELINE} job again on this machine beside a job whose {BASELINE} twin "
+                             "(same stage, setting and seed) finished on another: the report pairs rates only "
+                             "within one machine, so such a job's multiples would have no pair")
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
@@ -893,9 +948,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--from-published: {'would restore' if args.dry_run else 'restored'} {len(restored)} published run(s) "
               f"into {out}" + (" (the plan below counts them as still to run)" if args.dry_run and restored else ""))
     jobs = plan(stages, out, args.grid, args.extra)
+    twins: list[Job] = []
+    if not args.no_baseline_twins:
+        from attnbench.callbacks.run_stats import machine_boot
+
+        jobs, twins = with_baseline_twins(jobs, machine_boot())
     table = estimates(args.device, out, manifest)
     commit = git_commit()
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
+    if twins:
+        print(f"{len(twins)} baseline twin(s) in the plan: {BASELINE} jobs whose runs finished on another machine run "
+              f"again here, so that this machine's runs of their seeds pair with them (--no-baseline-twins: not): "
+              + ", ".join(f"{t.stage}/{t.name}" for t in twins[:4]) + (" ..." if len(twins) > 4 else ""))
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"

@@ -792,3 +792,38 @@ def test_a_re_run_kept_as_progress_is_restored_before_its_older_published_record
     _record(same, "compare/dot-trec-s0", 0.50, "old", kept)
     (pub / "progress" / "runs" / "compare" / "dot-trec-s0" / "metrics.json").unlink()
     assert reproduce.save_progress(["compare"], same, "cpu", kept) == []
+
+
+def test_a_job_whose_baseline_ran_on_another_machine_gets_a_baseline_twin_here(tmp_path):
+    """The report pairs rates only on one host (train_host, test_host). A reproduction continued on another
+    machine (this project's sessions each get a new one) would leave its new runs of a seed without a scaled_dot
+    pair; a twin of the seed's scaled_dot job runs here first, once, into its own dir."""
+    def job(attention, seed):
+        return reproduce.Job("compare", {"seed": str(seed), "data": "imdb", "attention": attention},
+                             tmp_path / "compare" / f"{attention}-imdb-s{seed}")
+
+    def finish(j, **record):
+        j.run_dir.mkdir(parents=True, exist_ok=True)
+        (j.run_dir / "metrics.json").write_text(json.dumps(record))
+
+    rates = {"train/tokens_per_sec": 1000.0, "test/tokens_per_sec": 4000.0}
+    jobs = [job(a, s) for s in (0, 1, 2) for a in ("scaled_dot", "dot", "additive")]
+    finish(jobs[0], **rates, train_host="b/2", test_host="b/2")  # seed 0: scaled_dot on machine b, dot too
+    finish(jobs[1], **rates, train_host="b/2", test_host="b/2")  # additive-s0 still to run here: needs a twin
+    finish(jobs[3], **rates)  # seed 1: scaled_dot recorded before hosts were (no host): a twin
+    finish(jobs[6], **rates, train_host="a/1", test_host="a/1")  # seed 2: scaled_dot ran here: no twin
+    planned, twins = reproduce.with_baseline_twins(jobs, "a/1")
+    assert [t.name for t in twins] == ["scaled_dot-imdb-s0-on-a-1", "scaled_dot-imdb-s1-on-a-1"]
+    assert [j.name for j in planned] == [
+        "scaled_dot-imdb-s0", "dot-imdb-s0", "scaled_dot-imdb-s0-on-a-1", "additive-imdb-s0",
+        "scaled_dot-imdb-s1", "scaled_dot-imdb-s1-on-a-1", "dot-imdb-s1", "additive-imdb-s1",
+        "scaled_dot-imdb-s2", "dot-imdb-s2", "additive-imdb-s2"]
+    twin = twins[0]
+    assert twin.overrides == jobs[0].overrides and twin.status() == "todo"
+    assert f"hydra.run.dir={tmp_path / 'compare' / 'scaled_dot-imdb-s0-on-a-1'}" in twin.command("cpu")
+    # done here already (an earlier part of this reproduction): not again; a baseline without rates: none
+    finish(twin, **rates, train_host="a/1", test_host="a/1")
+    finish(jobs[3])
+    planned, twins = reproduce.with_baseline_twins(jobs, "a/1")
+    assert twins == [] and len(planned) == len(jobs)
+    assert reproduce.host_tag("vm/c4397b6f") == "vm-c4397b6f"

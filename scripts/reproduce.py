@@ -192,8 +192,9 @@ def host_tag(host: str) -> str:
 
 
 def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) -> tuple[list[Job], list[Job]]:
-    """``jobs`` with a **baseline twin** before each job still to run whose ``baseline`` job (same stage, grid
-    overrides but ``attention``, and ``--set`` overrides) finished on another host; and the twins.
+    """``jobs`` with a **baseline twin** before each job still to run, or finished on this host, whose ``baseline``
+    job (same stage, grid overrides but ``attention``, and ``--set`` overrides) finished on another host; and the
+    twins.
 
     The report pairs a run's rates only with its seed's baseline run measured on the same host
     (:func:`attnbench.report_stats.summarise`: ``train_host``, ``test_host``), since one machine ran the same
@@ -214,16 +215,20 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
         return job.stage, tuple(sorted((k, v) for k, v in job.overrides.items() if k != "attention")), \
             tuple(job.extra)
 
+    def rate_hosts(run: Job) -> list:
+        """The host of each rate its record has (None: recorded before hosts were); [] without rates."""
+        record = json.loads((run.run_dir / "metrics.json").read_text())
+        return [record.get(f"{phase}_host") for phase in ("train", "test") if f"{phase}/tokens_per_sec" in record]
+
     baselines = {setting(j): j for j in jobs if j.overrides.get("attention") == baseline}
     planned, twins, seen = [], [], set()
     for job in jobs:
         base = baselines.get(setting(job))
-        if job is not base and base is not None and job.status() != "done" and base.status() == "done" \
+        # a job to run here, or one that ran here, pairs only with a baseline run of this machine
+        here_too = job.status() != "done" or here in rate_hosts(job)
+        if job is not base and base is not None and here_too and base.status() == "done" \
                 and base.run_dir not in seen:
-            record = json.loads((base.run_dir / "metrics.json").read_text())
-            # the host of each rate it has (None: recorded before hosts were); a run without rates pairs nothing
-            hosts = [record.get(f"{phase}_host") for phase in ("train", "test") if f"{phase}/tokens_per_sec" in record]
-            if any(host != here for host in hosts):
+            if any(host != here for host in rate_hosts(base)):
                 seen.add(base.run_dir)
                 twin = Job(base.stage, dict(base.overrides), base.run_dir.with_name(f"{base.name}-on-{host_tag(here)}"),
                            list(base.extra))

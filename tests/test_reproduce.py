@@ -807,22 +807,29 @@ def test_a_job_whose_baseline_ran_on_another_machine_gets_a_baseline_twin_here(t
         (j.run_dir / "metrics.json").write_text(json.dumps(record))
 
     rates = {"train/tokens_per_sec": 1000.0, "test/tokens_per_sec": 4000.0}
-    jobs = [job(a, s) for s in (0, 1, 2) for a in ("scaled_dot", "dot", "additive")]
+    jobs = [job(a, s) for s in (0, 1, 2, 3) for a in ("scaled_dot", "dot", "additive")]
     finish(jobs[0], **rates, train_host="b/2", test_host="b/2")  # seed 0: scaled_dot on machine b, dot too
     finish(jobs[1], **rates, train_host="b/2", test_host="b/2")  # additive-s0 still to run here: needs a twin
     finish(jobs[3], **rates)  # seed 1: scaled_dot recorded before hosts were (no host): a twin
     finish(jobs[6], **rates, train_host="a/1", test_host="a/1")  # seed 2: scaled_dot ran here: no twin
+    # seed 3: all done, scaled_dot on b, dot on b, additive here: a twin for additive's pair
+    finish(jobs[9], **rates, train_host="b/2", test_host="b/2")
+    finish(jobs[10], **rates, train_host="b/2", test_host="b/2")
+    finish(jobs[11], **rates, train_host="a/1", test_host="a/1")
     planned, twins = reproduce.with_baseline_twins(jobs, "a/1")
-    assert [t.name for t in twins] == ["scaled_dot-imdb-s0-on-a-1", "scaled_dot-imdb-s1-on-a-1"]
+    assert [t.name for t in twins] == ["scaled_dot-imdb-s0-on-a-1", "scaled_dot-imdb-s1-on-a-1",
+                                       "scaled_dot-imdb-s3-on-a-1"]
     assert [j.name for j in planned] == [
         "scaled_dot-imdb-s0", "dot-imdb-s0", "scaled_dot-imdb-s0-on-a-1", "additive-imdb-s0",
         "scaled_dot-imdb-s1", "scaled_dot-imdb-s1-on-a-1", "dot-imdb-s1", "additive-imdb-s1",
-        "scaled_dot-imdb-s2", "dot-imdb-s2", "additive-imdb-s2"]
+        "scaled_dot-imdb-s2", "dot-imdb-s2", "additive-imdb-s2",
+        "scaled_dot-imdb-s3", "dot-imdb-s3", "scaled_dot-imdb-s3-on-a-1", "additive-imdb-s3"]
     twin = twins[0]
     assert twin.overrides == jobs[0].overrides and twin.status() == "todo"
     assert f"hydra.run.dir={tmp_path / 'compare' / 'scaled_dot-imdb-s0-on-a-1'}" in twin.command("cpu")
     # done here already (an earlier part of this reproduction): not again; a baseline without rates: none
-    finish(twin, **rates, train_host="a/1", test_host="a/1")
+    for done in twins:
+        finish(done, **rates, train_host="a/1", test_host="a/1")
     finish(jobs[3])
     planned, twins = reproduce.with_baseline_twins(jobs, "a/1")
     assert twins == [] and len(planned) == len(jobs)

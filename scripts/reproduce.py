@@ -963,7 +963,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
     if twins:
         print(f"{len(twins)} baseline twin(s) in the plan: {BASELINE} jobs whose runs finished on another machine run "
-              f"again here, so that this machine's runs of their seeds pair with them (--no-baseline-twins: not): "
+              f"again here, so that the runs of those seeds on this machine have a {BASELINE} run to pair with "
+              "(--no-baseline-twins: not): "
               + ", ".join(f"{t.stage}/{t.name}" for t in twins[:4]) + (" ..." if len(twins) > 4 else ""))
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only)
     if args.write_estimates:

@@ -158,8 +158,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs from
     before hosts were recorded have none and pair with each other as before, with no check that they ran on one
     machine. The other columns are
-    means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch, some batches of one epoch
-    replayed and as many unseen); their figures count, the report lists them.
+    means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`:
+    mid-epoch, some batches of one epoch replayed and as many unseen); their figures count, the report lists them.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
     ``trainer.max_time``) are left out of the accuracy statistics and of the pairing (their accuracy is not a

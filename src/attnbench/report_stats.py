@@ -94,6 +94,19 @@ def _per_replicate(runs: pd.DataFrame, replicates: list[str], metric: str, how: 
     return reduced.dropna(subset=[metric])
 
 
+def _is_missing(value: Any) -> bool:
+    """Whether a setting's value is absent: None, NaN, or the text a CSV or config gives for none (``""``,
+    ``null``, ``none``, ``nan``, any case, surrounding spaces ignored)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "null", "none", "nan")
+    if value is None or isinstance(value, bool):
+        return value is None
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def _replicate_label(value: Any, key: str, run: Any) -> Any:
     """A replicate key's value as one canonical text, so that a seed read as ``0`` (a CSV's int), ``0.0`` (a float
     column with gaps) or ``"0"`` (a config's text) is one replicate and pairs with itself. A missing value
@@ -101,13 +114,7 @@ def _replicate_label(value: Any, key: str, run: Any) -> Any:
     seed is unknown: it is the run's own replicate (``run``: its index label), counted once and paired with
     nothing, as runs without any seed column are."""
     text = value.strip() if isinstance(value, str) else value
-    missing = text is None or (isinstance(text, str) and text.lower() in ("", "null", "none", "nan"))
-    if not missing and not isinstance(text, (str, bool)):
-        try:
-            missing = bool(pd.isna(text))
-        except (TypeError, ValueError):
-            missing = False
-    if missing:
+    if _is_missing(text):
         return f"<no {key}: run {run}>" if key == "seed" else math.nan
     if isinstance(text, bool):
         return format_setting(text)
@@ -191,7 +198,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     if "data.fold" in replicates and "data.cv_folds" in done:
         # without cross-validation (cv_folds null) the fold names nothing: such a run is fold-less, like one from
         # before the key existed (NaN), so the two pair
-        no_cv = done["data.cv_folds"].map(lambda v: _replicate_label(v, "data.cv_folds", None)).isna()
+        no_cv = done["data.cv_folds"].map(_is_missing).astype(bool)
         done.loc[no_cv, "data.fold"] = math.nan
     for _, metric, _ in RATE_COLUMNS:  # a rate <= 0 measured nothing: no median of it, no multiple (x / 0 = inf)
         if metric in done:

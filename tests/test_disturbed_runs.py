@@ -467,6 +467,35 @@ def test_a_seed_run_twice_is_one_replicate_not_two():
     assert (once["n_repeats"] == 0).all() and once.loc["dot", "n"] == 3
 
 
+def test_a_seed_run_twice_weighs_once_in_the_diagnostics_memory_and_stopped_columns():
+    """The mean columns (attention diagnostics, peak memory, parameters, a capped run's steps and extrapolated time)
+    average seeds, as accuracy does: a baseline twin (the same seed trained again on another machine) is one trained
+    model. Before: they averaged runs, so published `scaled_dot` diagnostics at d_k = 128 weighed the two twinned
+    seeds twice (max |score| 28.5 from seeds of 32.0, 36.6 and 5.0, whose mean is 24.5)."""
+    diag = {"diag/max_score": None, "diag/entropy_norm": None, "diag/saturated_frac": None,
+            "perf/peak_mem_bytes": None, "model/params": None}
+
+    def job(seed, value, **extra):
+        return _job("scaled_dot", seed, 2000.0, 10.0, 0.99, 0.99, **{k: value for k in diag}, **extra)
+
+    jobs = pd.DataFrame([job(0, 32.0), job(0, 32.0), job(1, 36.0), job(1, 36.0), job(2, 4.0)])
+    row = summarise(jobs, ["attention", "seed"]).iloc[0]
+    for column in ("max_score", "entropy_norm", "saturated_frac", "params"):
+        assert row[column] == pytest.approx((32.0 + 36.0 + 4.0) / 3, rel=1e-12), column  # runs' mean: 28.0
+    assert row["peak_mem_mb"] == pytest.approx(24.0 * 2.0**-20, rel=1e-12)
+    # two runs of one seed that differ: the seed is their mean, then it weighs as one of two seeds
+    uneven = pd.DataFrame([job(0, 10.0), job(0, 30.0), job(0, 30.0), job(1, 60.0)])
+    assert summarise(uneven, ["attention", "seed"]).iloc[0]["max_score"] == pytest.approx((70 / 3 + 60) / 2)
+    # capped runs: seed 0 stopped twice (100 steps of 1,000 at 0.5/s), seed 1 once (300 steps at 0.25/s)
+    capped = pd.DataFrame([
+        _job("additive", s, rate, 1.0, 0.99, 0.99, stopped_by="max_time",
+             **{"train/steps_done": done, "train/steps_planned": 1000, "train/steps_per_sec": rate / 100})
+        for s, rate, done in ((0, 50.0, 100), (0, 50.0, 100), (1, 25.0, 300))])
+    row = summarise(capped, ["attention", "seed"]).iloc[0]
+    assert row["steps_done"] == pytest.approx(200.0) and row["steps_planned"] == pytest.approx(1000.0)
+    assert row["extrapolated_sec"] == pytest.approx((1000 / 0.5 + 1000 / 0.25) / 2)  # runs' mean: 2,666.7
+
+
 def test_the_report_says_when_seeds_repeat(tmp_path):
     jobs = pd.DataFrame([_job("dot", 0, 1000.0, 10.0, 0.99, 0.99), _job("dot", 0, 1000.0, 10.0, 0.99, 0.99),
                          _job("scaled_dot", 0, 2000.0, 10.0, 0.99, 0.99)])

@@ -94,6 +94,16 @@ def _per_replicate(runs: pd.DataFrame, replicates: list[str], metric: str, how: 
     return reduced.dropna(subset=[metric])
 
 
+def _over_replicates(runs: pd.DataFrame, replicates: list[str], metric: str) -> pd.Series:
+    """``runs``' ``metric`` (as numbers), one value per replicate: the mean of the runs that share its values of
+    ``replicates`` (:func:`_per_replicate`); without replicate keys, one value per run. What the mean columns of
+    :func:`summarise` (memory, parameters, attention diagnostics, a stopped run's steps) average, so that a seed
+    run twice weighs as much as any other seed, as in the accuracy statistics."""
+    if not replicates:
+        return pd.to_numeric(runs[metric], errors="coerce")
+    return _per_replicate(runs, replicates, metric, "mean")[metric]
+
+
 def _is_missing(value: Any) -> bool:
     """Whether a setting's value is absent: None, NaN, or the text a CSV or config gives for none (``""``,
     ``null``, ``none``, ``nan``, any case, surrounding spaces ignored)."""
@@ -164,19 +174,21 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction continued on another machine, or a
     resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs from
     before hosts were recorded have none and pair with each other as before, with no check that they ran on one
-    machine. The other columns are
-    means. ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`:
-    mid-epoch, some batches of one epoch replayed and as many unseen); their figures count, the report lists them.
+    machine. The other columns are means over the replicates, each replicate the mean of its runs
+    (:func:`_over_replicates`: a seed run twice, such as a baseline twin, counts once, as in the accuracy).
+    ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch,
+    some batches of one epoch replayed and as many unseen); their figures count, the report lists them.
 
     Runs a wall-time cap stopped before their step budget (``stopped_by`` set in ``metrics.json``, see
     ``trainer.max_time``) are left out of the accuracy statistics and of the pairing (their accuracy is not a
     final one) but counted in the cost columns, and add ``n_stopped`` (such runs), ``steps_done`` and
-    ``steps_planned`` (their means) and ``extrapolated_sec``: the time the whole budget would take at their
-    measured rate, mean over them of ``train/steps_planned / train/steps_per_sec`` (training steps only;
-    validation and test not counted). ``n_stopped`` is 0 and the other three NaN where no run stopped. A stopped
-    run tested on its first batches only (``test_batches_if_stopped``: ``test/limited_to_batches`` in its
-    metrics) is left out of ``test_tok_s``: under length-grouped batching those batches hold the longest rows, a
-    heavier workload than the whole split the other runs' rates are of (its own rate is in the stopped-run table).
+    ``steps_planned`` (their means over replicates) and ``extrapolated_sec``: the time the whole budget would
+    take at their measured rate, mean over their replicates of ``train/steps_planned / train/steps_per_sec``
+    (training steps only; validation and test not counted). ``n_stopped`` is 0 and the other three NaN where no
+    run stopped. A stopped run tested on its first batches only (``test_batches_if_stopped``:
+    ``test/limited_to_batches`` in its metrics) is left out of ``test_tok_s``: under length-grouped batching those
+    batches hold the longest rows, a heavier workload than the whole split the other runs' rates are of (its own
+    rate is in the stopped-run table).
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
     replicates = [k for k in REPLICATE_KEYS if k in jobs]  # what pairs a run with its baseline run
@@ -257,8 +269,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
             ("params", "model/params", 1.0), ("entropy_norm", "diag/entropy_norm", 1.0),
             ("saturated_frac", "diag/saturated_frac", 1.0), ("max_score", "diag/max_score", 1.0),
         ):
-            if metric in group:
-                row[column] = pd.to_numeric(group[metric], errors="coerce").mean() * scale
+            if metric in group:  # a seed run twice (a baseline twin) is one trained model: it counts once
+                row[column] = _over_replicates(group, replicates, metric).mean() * scale
         rate = row["train_steps_s"]
         row["sec_per_step"] = 1.0 / rate if rate > 0 else math.nan
         row["n_stopped"] = len(halted)
@@ -267,10 +279,12 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
             # a column no stopped run has (steps_planned where the budget was not known) reads as all NaN
             numbers = halted.reindex(columns=["train/steps_done", "train/steps_planned", "train/steps_per_sec"])
             numbers = numbers.apply(pd.to_numeric, errors="coerce")
-            row["steps_done"] = numbers["train/steps_done"].mean()
-            row["steps_planned"] = numbers["train/steps_planned"].mean()
+            numbers["extrapolated_sec"] = numbers["train/steps_planned"] / numbers["train/steps_per_sec"]
+            numbers[replicates] = halted[replicates]
+            row["steps_done"] = _over_replicates(numbers, replicates, "train/steps_done").mean()
+            row["steps_planned"] = _over_replicates(numbers, replicates, "train/steps_planned").mean()
             steady = numbers[~disturbed["train/cpu_share"][halted.index]]  # a disturbed rate would inflate it
-            row["extrapolated_sec"] = (steady["train/steps_planned"] / steady["train/steps_per_sec"]).mean()
+            row["extrapolated_sec"] = _over_replicates(steady, replicates, "extrapolated_sec").mean()
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -178,13 +178,22 @@ def _failure_record(job_dir: Path) -> dict[str, Any]:
 def _csv_history(job_dir: Path, columns: tuple[str, ...]) -> pd.DataFrame | None:
     """The run's logged ``step`` and ``columns`` (those it has) over every segment of its CSV log (a resumed run has
     one per segment: :func:`attnbench.run.loggers.csv_log_segments`, joined by
-    :func:`attnbench.report_stats.join_log_segments`); None without a readable log."""
+    :func:`attnbench.report_stats.join_log_segments`); None without a readable log.
+
+    Rows of the test loop (any ``test/*`` value) are left out: Lightning's ``ThroughputMonitor`` logs them with
+    ``step`` counting test batches (50, 100, ...), not training steps, so in the last segment of a resumed run they
+    superseded every earlier row from step 50 on and dropped its first epoch's ``val/loss`` (an IMDB ``compare``
+    run resumed in epoch 1 counted one validated epoch), and they are no training step a killed run reached."""
     frames = []
     for path in csv_log_segments(job_dir):
         try:
-            frames.append(pd.read_csv(path, usecols=lambda c: c == "step" or c in columns))
+            frame = pd.read_csv(path, usecols=lambda c: c == "step" or c in columns or c.startswith("test/"))
         except (ValueError, pd.errors.EmptyDataError, OSError):
             continue
+        tests = [c for c in frame.columns if c.startswith("test/") and c not in columns]
+        if tests:
+            frame = frame[frame[tests].isna().all(axis=1)].drop(columns=tests).reset_index(drop=True)
+        frames.append(frame)
     frames = [frame for frame in frames if "step" in frame]
     return join_log_segments(frames) if frames else None
 

@@ -461,7 +461,8 @@ def test_a_seed_run_twice_is_one_replicate_not_two():
     assert dot["diff_ci"] == pytest.approx(4.302652729911275 * 0.005773502691896258 / math.sqrt(3), rel=1e-9)
     # rate pairs per seed: seed 0 pairs dot's median (1300) with scaled_dot's (2000): 0.65, then 0.5, 0.5
     assert dot["train_tok_s_ratio"] == pytest.approx(0.5, rel=1e-12)
-    assert dot["train_tok_s"] == pytest.approx(1000.0)  # the rate median is over runs (1000, 1000, 1000, 1600)
+    # the rate median is over seeds (seed 0's two runs: their median, 1300; then 1000, 1000): 1000
+    assert dot["train_tok_s"] == pytest.approx(1000.0)
     # and a table without repeats reads 0
     once = summarise(jobs.iloc[:6], ["attention", "seed"]).set_index("attention")
     assert (once["n_repeats"] == 0).all() and once.loc["dot", "n"] == 3
@@ -483,6 +484,13 @@ def test_a_seed_run_twice_weighs_once_in_the_diagnostics_memory_and_stopped_colu
     for column in ("max_score", "entropy_norm", "saturated_frac", "params"):
         assert row[column] == pytest.approx((32.0 + 36.0 + 4.0) / 3, rel=1e-12), column  # runs' mean: 28.0
     assert row["peak_mem_mb"] == pytest.approx(24.0 * 2.0**-20, rel=1e-12)
+    # and the absolute rates: seed 0's runs at 3000 and 3000, seed 1's at 1000 and 3000 (its median 2000), seed
+    # 2's at 2000 -> the median over seeds is 2000 (over the five runs it was 3000)
+    rates = pd.DataFrame([_job("scaled_dot", s, r, r, 0.99, 0.99) for s, r in ((0, 3000.0), (0, 3000.0), (1, 1000.0),
+                                                                               (1, 3000.0), (2, 2000.0))])
+    row = summarise(rates, ["attention", "seed"]).iloc[0]
+    assert row["train_tok_s"] == pytest.approx(2000.0) and row["test_tok_s"] == pytest.approx(2000.0)
+    assert row["sec_per_step"] == pytest.approx(1 / 20.0)
     # two runs of one seed that differ: the seed is their mean, then it weighs as one of two seeds
     uneven = pd.DataFrame([job(0, 10.0), job(0, 30.0), job(0, 30.0), job(1, 60.0)])
     assert summarise(uneven, ["attention", "seed"]).iloc[0]["max_score"] == pytest.approx((70 / 3 + 60) / 2)

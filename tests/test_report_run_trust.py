@@ -275,6 +275,25 @@ def test_the_report_reads_every_segment_of_a_resumed_runs_csv_log(tmp_path):
     assert report.read_job(run)["last_step"] == 19
 
 
+def test_the_test_loops_rows_do_not_cut_a_resumed_runs_history(tmp_path):
+    """The test loop's throughput rows count their own ``step`` (test batches: 50, 100, ...). In the last segment
+    of a resumed run they superseded every earlier row from step 50 on: the published IMDB ``compare`` run
+    ``dot-imdb-s1`` (interrupted in epoch 1, resumed exactly) counted 1 validated epoch where its log holds 2. Nor
+    is a test batch count a training step a killed run reached."""
+    run = _run(tmp_path, "dot-s1", "dot", 1, 0.81, {1: 0.41}, resume=EPOCH_END)
+    (run / "csv" / "metrics.part1.csv").write_text(_csv_log({0: 0.45}))
+    log = (run / "csv" / "metrics.csv").read_text().splitlines()
+    log[0] += ",test/batches,test/samples"
+    log = [log[0]] + [line + ",," for line in log[1:]] + [f",{step},,,,{step},{step * 64}" for step in (5, 10, 50)]
+    (run / "csv" / "metrics.csv").write_text("\n".join(log) + "\n")
+    record = report.read_job(run)
+    assert {k: record[k] for k in VAL_HISTORY} == {"val/epochs_validated": 2, "val/loss_lowest_epoch": 1,
+                                                  "val/last_epoch": 1}
+    (run / "metrics.json").unlink()
+    (run / "csv" / "metrics.csv").write_text("epoch,step,train/loss,test/batches\n,60,,60\n")  # test rows only
+    assert report.read_job(run)["last_step"] == 9  # the first segment's last training step, not the test's 60
+
+
 @pytest.mark.parametrize("failure, log, status", [
     ({"status": "interrupted", "error": "Interrupted by SIGTERM"}, True, "incomplete"),
     ({"status": "interrupted", "error": "Interrupted by SIGTERM"}, False, "incomplete"),  # its record: no log

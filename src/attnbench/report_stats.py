@@ -161,8 +161,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     itself; NaN without a pair; a replicate paired on two hosts gives the median of its two), and
     ``<column>_ratio_n``, the number of replicates with a pair.
 
-    The three rates are the **median** over the variant's runs, not the mean: a wall-clock rate only ever errs
-    low (a pause or a shared core stretches the same work), and one such run of five moved a mean by 10% here.
+    The three rates are the **median** over the variant's replicates (each replicate the median of its runs, so
+    that a seed run twice counts once), not the mean: a wall-clock rate only ever errs low (a pause or a shared
+    core stretches the same work), and one such run of five moved a mean by 10% here.
     Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
     left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
     variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
@@ -248,7 +249,9 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 if metric == "test/tokens_per_sec":  # a test cut to its first (longest) batches: another workload
                     undisturbed &= ~partial_tests
                 kept = undisturbed[group.index]
-                row[column] = pd.to_numeric(group[metric][kept], errors="coerce").median()
+                # the median over seeds of each seed's median run: a seed run twice (a twin) weighs as one seed
+                row[column] = (_per_replicate(group[kept], replicates, metric, "median")[metric].median()
+                               if replicates else pd.to_numeric(group[metric][kept], errors="coerce").median())
                 if base_runs is not None:
                     # one seed's runs on one host pair (a host column absent, or NaN in runs from before it: pairs
                     # as the replicate alone did)

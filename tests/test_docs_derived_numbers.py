@@ -127,8 +127,10 @@ def test_padded_over_useful_mfu_is_padded_over_useful_flops(where, header, rows)
 def head_dim_claims() -> list[str]:
     """The numbers docs/results.md's head_dim_sweep prose quotes, recomputed from docs/results/cpu/head_dim_sweep.csv
     (the report of the one command's stage): the paired Δ intervals of unscaled `dot` and `general`, the
-    diagnostics' ranges over d_k, and the training/inference rates as multiples of `scaled_dot`'s."""
+    diagnostics' ranges over d_k (a bound rounded outward, so that "≥ 0.89" holds of 0.897), and the
+    training/inference rates as multiples of `scaled_dot`'s."""
     import csv
+    import math
 
     rows = {(int(float(r["model.head_dim"])), r["attention"]): {k: float(v) for k, v in r.items()
                                                                 if k not in ("attention",) and v not in ("", "null")}
@@ -149,6 +151,12 @@ def head_dim_claims() -> list[str]:
     def col(a: str, key: str) -> list[float]:
         return [rows[(dk, a)][key] for dk in dks]
 
+    def up(x: float, digits: int) -> float:  # a printed bound "<= x" must hold: round up, "≥" rounds down
+        return math.ceil(x * 10**digits) / 10**digits
+
+    def down(x: float, digits: int) -> float:
+        return math.floor(x * 10**digits) / 10**digits
+
     def rate(a: str, key: str) -> list[float]:  # the report's paired multiple (runs on one host, per seed)
         return [rows[(dk, a)][f"{key}_ratio"] for dk in dks]
 
@@ -166,13 +174,13 @@ def head_dim_claims() -> list[str]:
         f"falls from {col('dot', 'entropy_norm')[0]:.2f} to {col('dot', 'entropy_norm')[-1]:.2f}",
         f"`general` reaches {max(col('general', 'max_score')):.0f}, {max(col('general', 'saturated_frac')):.0%} "
         f"and {min(col('general', 'entropy_norm')):.2f}",
-        f"keeps max |score| \u2264 {max(col('scaled_dot', 'max_score')):.0f}, at most "
-        f"{max(col('scaled_dot', 'saturated_frac')):.1%} saturated rows and entropy \u2265 "
-        f"{min(col('scaled_dot', 'entropy_norm')):.2f}",
-        f"max |score| \u2264 {max(col('additive', 'max_score')):.1f}, entropy \u2265 "
-        f"{min(col('additive', 'entropy_norm')):.2f}",
+        f"keeps max |score| \u2264 {up(max(col('scaled_dot', 'max_score')), 0):.0f}, at most "
+        f"{up(max(col('scaled_dot', 'saturated_frac')) * 100, 1):.1f}% saturated rows and entropy \u2265 "
+        f"{down(min(col('scaled_dot', 'entropy_norm')), 2):.2f}",
+        f"max |score| \u2264 {up(max(col('additive', 'max_score')), 1):.1f}, entropy \u2265 "
+        f"{down(min(col('additive', 'entropy_norm')), 2):.2f}",
         f"grow from {col('cosine', 'max_score')[0]:.1f} to {col('cosine', 'max_score')[-1]:.1f} (saturated rows "
-        f"\u2264 {max(col('cosine', 'saturated_frac')):.1%})",
+        f"\u2264 {up(max(col('cosine', 'saturated_frac')) * 100, 1):.1f}%)",
         f"from {rate('additive', 'train_tok_s')[0]:.2f}\u00d7 `scaled_dot`'s at d_k = 16 to "
         f"{rate('additive', 'train_tok_s')[-1]:.2f}\u00d7 at d_k = 256 (inference {rate('additive', 'test_tok_s')[0]:.2f}"
         f"\u00d7 to {rate('additive', 'test_tok_s')[-1]:.2f}\u00d7)",
@@ -189,6 +197,42 @@ def test_the_head_dim_prose_is_its_published_csv():
     text = section(REPO_ROOT / "docs" / "results.md", "### Does unscaled dot degrade at large d_k?")
     for claim in head_dim_claims():
         assert claim in text, claim
+
+
+def test_the_long_context_rerun_so_far_is_its_progress_records():
+    """docs/results.md, Long context: the jobs re-run on the final code so far (kept by ``--save-progress`` in
+    docs/results/cpu/progress/runs/long_context/, reported here as ``reproduce.py --report-only`` reports them):
+    each one's test accuracy equals the published table's to the fourth decimal, and the paired multiples the
+    prose quotes are those records' report. Names the jobs and the count the prose states."""
+    import importlib.util
+    import math
+
+    from attnbench.report_stats import summarise
+
+    records = REPO_ROOT / "docs/results/cpu/progress/runs/long_context"
+    text = section(REPO_ROOT / "docs" / "results.md", "### Long context: IMDB at word level")
+    if not records.is_dir():  # published since: the re-run's report is the table itself, and no "so far" is left
+        assert "jobs so far" not in text
+        return
+    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    jobs, swept, _ = report.read_runs([records])
+    rerun = summarise(jobs, swept)
+    published = {(int(float(n)), a): r for (n, a), r in
+                 csv_rows("long_context.csv", ("data.max_length", "attention")).items()}
+    assert f"It has run {len(rerun)} of the {len(published)} jobs so far" in text
+    gaps = []
+    for _, r in rerun.iterrows():
+        n, a = int(r["data.max_length"]), r["attention"]
+        assert f"{r['acc_mean']:.4f}" == f"{published[(n, a)]['acc_mean']:.4f}", (n, a)
+        if a != "scaled_dot":
+            assert f"`{a}` {r['train_tok_s_ratio']:.2f}×" in text, (n, a)
+            # the published table predates paired multiples: its × is one run's rate over one scaled_dot run's
+            single = published[(n, a)]["train_tok_s"] / published[(n, "scaled_dot")]["train_tok_s"]
+            gaps.append(abs(r["train_tok_s_ratio"] - single))
+    assert f"× column's ratios of single runs by up to {math.ceil(max(gaps) * 100) / 100:.2f}" in text
+    assert f"will be replaced by the re-run's report when its last {len(published) - len(rerun)} jobs" in text
 
 
 def long_context_claims() -> list[str]:
@@ -327,6 +371,37 @@ def compare_model_head_dim() -> tuple[int, int]:
     return int(small.n_heads), int(small.d_model) // int(small.n_heads)
 
 
+def fmt_interval(row: dict) -> str:
+    """A paired Δ and its 95% interval as the docs print them: ``−0.0033 [−0.0062, −0.0005]``."""
+    def signed(x: float) -> str:
+        return f"{x:+.4f}".replace("-", "\u2212")
+    return f"{signed(row['diff_mean'])} [{signed(row['diff_mean'] - row['diff_ci'])}, " \
+           f"{signed(row['diff_mean'] + row['diff_ci'])}]"
+
+
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+
+
+def holm_imdb(level: float = 0.05) -> tuple[list[str], list[str]]:
+    """The IMDB score functions whose paired difference to ``scaled_dot`` stays significant after a Holm-Bonferroni
+    correction over the six comparisons (paired t tests over the seeds, each seed the mean of its runs, from
+    docs/results/cpu/compare_jobs.csv), and those that do not, each sorted by name."""
+    import pandas as pd
+    from scipy import stats
+
+    jobs = pd.read_csv(REPO_ROOT / "docs/results/cpu/compare_jobs.csv", low_memory=False)
+    acc = jobs[jobs["data"] == "imdb"].groupby(["attention", "seed"])["test/acc"].mean().unstack()
+    p = {a: stats.ttest_1samp((acc.loc[a] - acc.loc["scaled_dot"]).dropna(), 0.0).pvalue  # seeds both ran
+         for a in acc.index if a != "scaled_dot"}
+    assert all(0 <= v <= 1 for v in p.values()), p
+    kept: list[str] = []
+    for rank, a in enumerate(sorted(p, key=p.get)):  # step-down: stop at the first that fails
+        if p[a] * (len(p) - rank) >= level:
+            break
+        kept.append(a)
+    return sorted(kept), sorted(a for a in p if a not in kept)
+
+
 def compare_claims() -> dict[str, list[str]]:
     """Every number docs/results.md's compare sections, its misconceptions and the README's answer quote that
     tests/test_docs_commands.py does not recompute, from docs/results/cpu/compare.csv (and head_dim_sweep.csv for the
@@ -338,12 +413,32 @@ def compare_claims() -> dict[str, list[str]]:
     seeds = {int(r["n"]) for r in rows.values()}
     assert len(seeds) == 1, seeds
     (n,) = seeds
-    runs = int(sum(r["n"] for r in rows.values()))
-    epochs = {d: {int(r["trainer.max_epochs"]) for (dd, _), r in rows.items() if dd == d} for d in ("sst2", "trec")}
+    epochs = {d: {int(r["trainer.max_epochs"]) for (dd, _), r in rows.items() if dd == d}
+              for d in ("sst2", "trec", "imdb")}
     assert all(len(e) == 1 for e in epochs.values()), epochs
-    paired = {k: r for k, r in rows.items() if k[1] != "scaled_dot"}
+    short = {k: r for k, r in rows.items() if k[0] in ("sst2", "trec")}  # the two datasets both machines ran
+    runs = int(sum(r["n"] for r in short.values()))
+    paired = {k: r for k, r in short.items() if k[1] != "scaled_dot"}
     excluding = [k for k, r in paired.items() if abs(r["diff_mean"]) > r["diff_ci"]]
     assert excluding == [("sst2", "general")], excluding  # "Each machine has one ... here `general`'s"
+    imdb = {a: r for (d, a), r in rows.items() if d == "imdb" and a != "scaled_dot"}
+    imdb_excluding = sorted(a for a, r in imdb.items() if abs(r["diff_mean"]) > r["diff_ci"])
+    gemm = sorted(a for a in imdb if a != "additive")
+    assert imdb_excluding == gemm, imdb_excluding  # "every GEMM-reducible score ... excludes 0; additive's not"
+    assert all(r["diff_mean"] < 0 for a, r in imdb.items() if a in gemm)  # "below `scaled_dot`"
+    imdb_loss = [-imdb[a]["diff_mean"] * 100 for a in gemm]
+    imdb_base = rows[("imdb", "scaled_dot")]
+    assert all(r["acc_mean"] < imdb_base["acc_mean"] for r in imdb.values())  # "the highest mean accuracy"
+    assert abs(imdb["additive"]["diff_mean"]) < imdb["additive"]["diff_ci"]  # "its margin over additive not resolved"
+    holm_kept, holm_lost = holm_imdb()
+    short_train = [r["train_tok_s_ratio"] for (d, a), r in paired.items() if a != "additive"]
+    imdb_train = [imdb[a]["train_tok_s_ratio"] for a in gemm if a != "l2"]
+    assert "dot" in holm_lost  # "`dot` ... not resolved after the correction"
+    holm_lost = [a for a in holm_lost if a in imdb_excluding]  # the intervals that exclude 0 but do not survive it
+    # "one at a time the two smallest do not survive": they are the two losses nearest 0
+    assert len(holm_lost) == 2 and sorted(holm_lost) == sorted(sorted(gemm, key=lambda a: -imdb[a]["diff_mean"])[:2])
+    # "while `l2`, with no saturated row, loses more: not a saturation effect"
+    assert imdb["l2"]["saturated_frac"] == 0 and imdb["l2"]["diff_mean"] < imdb["dot"]["diff_mean"]
     assert abs(sst2("dot")["diff_mean"]) < sst2("dot")["diff_ci"]  # dot's SST-2 loss "not resolved" here
     trec_half = [r["diff_ci"] * 100 for (d, _), r in paired.items() if d == "trec"]
     closest = max((r for (d, _), r in paired.items() if d == "trec"), key=lambda r: abs(r["diff_mean"]) / r["diff_ci"])
@@ -365,12 +460,26 @@ def compare_claims() -> dict[str, list[str]]:
             f"{n} seeds per score function",
             f"Unscaled dot product saturates already at d_k = {dk}",
             f"from d_k = 64 on it loses {wide_loss}, every interval excluding 0",
+            f"every other score but `additive` is {min(imdb_loss):.1f} to {max(imdb_loss):.1f} points below it, each "
+            f"interval excluding 0 ({WORDS[len(holm_kept)]} of them after a correction for the {WORDS[len(imdb)]} "
+            "comparisons)",
+            f"−{-imdb['dot']['diff_mean'] * 100:.1f} on IMDB;",
         ],
         "## Results": [
-            f"Fully trained (SST-2: {epochs['sst2'].pop()} epochs; TREC: {epochs['trec'].pop()} epochs; {n} seeds each; "
-            f"each of the {runs} runs",
+            f"Fully trained (SST-2: {epochs['sst2'].pop()} epochs; TREC: {epochs['trec'].pop()} epochs; IMDB: "
+            f"{epochs['imdb'].pop()} epochs; {n} seeds each; each of the {runs} SST-2 and TREC runs",
+            f"every other score but `additive` loses {min(imdb_loss):.1f} to {max(imdb_loss):.1f} points",
+            f"(`scaled_dot`'s std over seeds {imdb_base['acc_std']:.4f})",
+            f"{WORDS[len(imdb_excluding)].capitalize()} intervals of {WORDS[len(imdb)]} excluding 0 is far more than "
+            f"chance gives ({len(imdb) * 0.05:.1f} expected at 95%)",
+            f"{', '.join(f'`{a}`' for a in holm_kept)} do, {', '.join(f'`{a}`' for a in holm_lost)} do not",
+            f"On IMDB `dot` loses less ({fmt_interval(imdb['dot'])}, not resolved after the correction), and there "
+            f"it hardly saturates ({imdb['dot']['saturated_frac']:.1%} of rows)",
+            *(f"`{a}` {fmt_interval(imdb[a])}" for a in (*gemm, "additive")),
+            f"{imdb['additive']['train_tok_s_ratio']:.2f}× the training and "
+            f"{imdb['additive']['test_tok_s_ratio']:.2f}× the inference tokens/s on IMDB",
             f"saturates its softmax already at d_k = {dk}",
-            f"Each machine has one of `compare`'s {len(paired)} paired intervals excluding 0",
+            f"Each machine has one of SST-2 and TREC's {len(paired)} paired intervals excluding 0",
             f"at 95% give by chance ({len(paired) * 0.05:.1f} expected)",
             f"From d_k = 64 on the loss is resolved: {wide_loss}, every interval excluding 0",
             f"TREC's paired intervals are ±{min(trec_half):.1f} to ±{max(trec_half):.1f} points wide",
@@ -380,15 +489,20 @@ def compare_claims() -> dict[str, list[str]]:
         ],
         "### Accuracy and cost of every score function": [
             f"(`experiment=compare`, {n} seeds, full training)",
-            f"the {runs} of SST-2 and TREC, published below,",
+            f"# {int(sum(r['n'] for r in rows.values()))} jobs, and "
+            f"{len(jobs) - int(sum(r['n'] for r in rows.values()))} baseline twins:",
             f"no row for `additive`, {sst2('cosine')['saturated_frac']:.1%} for `cosine`",
             "the median over the seeds of a run's rate over its seed's `scaled_dot` run",
             "SST-2's training multiples rest on four pairs",
+            f"every other score {min(short_train):.2f}–{max(short_train):.2f}× in training on SST-2 and TREC",
+            f"On IMDB (n = 128) `additive` trains at {imdb['additive']['train_tok_s_ratio']:.2f}×, `l2` at "
+            f"{imdb['l2']['train_tok_s_ratio']:.2f}×, the others at {min(imdb_train):.2f}–{max(imdb_train):.2f}×",
         ],
         "### Does unscaled dot degrade at large d_k?": [
             f"# {int(sum(r['n'] for r in hd.values()))} jobs,",
             f"(`head_dim_sweep`, {hd_seeds.pop()} seeds, full training)",
-            f"nor do the {n} seeds of `compare` above ({heads} heads of d_k = {dk}) on this machine",
+            f"nor do the {n} seeds of `compare` above ({heads} heads of d_k = {dk}) on SST-2 on this machine",
+            f"on IMDB they do, a smaller loss: {fmt_interval(rows[('imdb', 'dot')])}",
         ],
         "### What the data says about three misconceptions": [
             f"max |score| {sst2('cosine')['max_score']:.1f} on SST-2, {trec('cosine')['max_score']:.1f} on TREC; "
@@ -400,6 +514,11 @@ def compare_claims() -> dict[str, list[str]]:
             f"{trec('general')['max_score']:.0f} on TREC; means over the seeds, single runs reach "
             f"{sst2_max['dot']:.0f} and {sst2_max['general']:.0f} on SST-2)",
             f"even scaled `euclidean` reaches {sst2('euclidean')['max_score']:.0f};",
+            f"{rows[('imdb', 'l2')]['train_tok_s_ratio']:.2f}× on IMDB at n = 128 (`euclidean` "
+            f"{rows[('imdb', 'euclidean')]['train_tok_s_ratio']:.2f}×)",
+            f"trains at {min(sst2('l2')['train_tok_s_ratio'], trec('l2')['train_tok_s_ratio']):.2f}–"
+            f"{max(sst2('l2')['train_tok_s_ratio'], trec('l2')['train_tok_s_ratio']):.2f}× on SST-2 and TREC (its "
+            f"inference already at {sst2('l2')['test_tok_s_ratio']:.2f}× and {trec('l2')['test_tok_s_ratio']:.2f}×)",
             f"unscaled `dot`'s largest logit grows from {hd[(16, 'dot')]['max_score']:.0f} at d_k = 16 to "
             f"{hd[(256, 'dot')]['max_score']:.0f} at d_k = 256",
             f"the flattest attention (max |score| {sst2('additive')['max_score']:.1f}, no saturated row) where "
@@ -425,11 +544,19 @@ def test_the_compare_machine_cost_and_two_machine_claims():
     compare = {k: v for k, v in manifest["jobs"].items() if k.startswith("compare/")}
     seconds = int(round(sum(v["seconds"] for v in compare.values())))
     assert f"took {seconds // 3600} h {seconds % 3600 // 60} min of job time here" in text
-    commits = collections.Counter(c[:7] for v in compare.values() for c in v["commits"])
-    assert sum(commits.values()) == len(compare)  # one commit per job: none resumed across commits
+    short = {k: v for k, v in compare.items() if k.split("-")[1] in ("sst2", "trec")}  # job: <attention>-<data>-s<n>
+    commits = collections.Counter(c[:7] for v in short.values() for c in v["commits"])
+    assert sum(commits.values()) == len(short) == 70  # one commit per job: none resumed across commits
     (few, n_few), (many, n_many) = sorted(commits.items(), key=lambda kv: kv[1])
     assert f"{n_few} jobs ran on commit `{few}`, {n_many} on `{many}`" in text
-    jobs = list(csv.DictReader((REPO_ROOT / "docs/results/cpu/compare_jobs.csv").open()))
+    imdb = {k: v for k, v in compare.items() if k.split("-")[1] == "imdb"}
+    imdb_commits = collections.Counter(c[:7] for v in imdb.values() for c in v["commits"])
+    assert f"IMDB's {len(imdb)} jobs ran on {len(imdb_commits)} commits" in text
+    all_jobs = list(csv.DictReader((REPO_ROOT / "docs/results/cpu/compare_jobs.csv").open()))
+    jobs = [r for r in all_jobs if r["data"] in ("sst2", "trec")]
+    imdb_disturbed = [r for r in all_jobs if r["data"] == "imdb" and min(
+        float(r["train/cpu_share"]), float(r["test/cpu_share"])) < MIN_CPU_SHARE]
+    assert f"{len(imdb_disturbed)} IMDB runs shared their core" in text
     rate = {int(r["seed"]): float(r["train/tokens_per_sec"]) for r in jobs
             if r["data"] == "sst2" and r["attention"] == "scaled_dot"}
     assert (f"at {rate[0]:,.0f} and {rate[1]:,.0f} tokens/s in seeds 0 and 1, at {rate[3]:,.0f} and "
@@ -558,11 +685,22 @@ def jobs_claims() -> dict[str, list[str]]:
         frame = pd.read_csv(REPO_ROOT / "docs/results/cpu" / f"{stage}_jobs.csv", low_memory=False)
         return frame[frame["status"] == STATUS_OK]
 
-    compare, sweep = jobs("compare"), jobs("head_dim_sweep")
-    for frame in (compare, sweep):  # "its last epoch" is the run's last (trainer.max_epochs), not a log cut short
+    every, sweep = jobs("compare"), jobs("head_dim_sweep")
+    compare, imdb = every[every["data"].isin(["sst2", "trec"])], every[every["data"] == "imdb"]
+    for frame in (every, sweep):  # "its last epoch" is the run's last (trainer.max_epochs), not a log cut short
         assert ((frame["val/last_epoch"] + 1) == frame["trainer.max_epochs"].astype(float)).all()
     c = convergence_counts(compare)
-    assert c["before_last"] == len(compare) and not inexact_resumes(compare).any()  # "each of the", "none"
+    assert c["before_last"] == len(compare) and not inexact_resumes(every).any()  # "each of the", "none"
+    i = convergence_counts(imdb)
+    imdb_convergence = (f"`val/loss` was lowest before the last epoch in {i['before_last']} of IMDB's {len(imdb)} "
+                        f"runs and at the last (still falling) in {i['still_falling']}")
+    if i["one_epoch"]:
+        imdb_convergence += f"; {i['one_epoch']} run's CSV log holds only its resumed epoch"
+    imdb_resumed = imdb[imdb["resume/exact"].map(lambda v: str(v) == "True")]
+    assert ((0 < imdb_resumed["resume/batches_done"].astype(float))  # "mid-epoch"
+            & (imdb_resumed["resume/batches_done"].astype(float)
+               < imdb_resumed["resume/batches_per_epoch"].astype(float))).all()
+    imdb_resumes = f"{len(imdb_resumed)} IMDB runs were interrupted and resumed mid-epoch, exactly (`resume/exact`)"
     h = convergence_counts(sweep)
     assert h["unknown"] == 0
     resumed = sweep[inexact_resumes(sweep)]
@@ -579,11 +717,15 @@ def jobs_claims() -> dict[str, list[str]]:
                    f"exact: each took the first {replayed.min()} to {replayed.max()} of its epoch's {per_epoch:,} "
                    "batches again and never saw as many of its last ones")
     else:
-        resumes = (f"none of the {len(sweep)} runs was resumed mid-epoch ({int(exact.sum())} resumed exactly, "
-                   "replaying and skipping no batch: `resume/exact`)")
+        exact_runs = sweep[exact]
+        assert ((0 < exact_runs["resume/batches_done"].astype(float))  # "mid-epoch"
+                & (exact_runs["resume/batches_done"].astype(float) < exact_runs["resume/batches_per_epoch"].astype(float))).all()
+        resumes = (f"none of the {len(sweep)} runs was resumed inexactly ({int(exact.sum())} were resumed mid-epoch "
+                   "exactly, replaying and skipping no batch: `resume/exact`)")
     return {
-        "## Results": [f"each of the {len(compare)} runs had passed its lowest `val/loss` before its last epoch, "
-                       "none was resumed mid-epoch"],
+        "## Results": [f"each of the {len(compare)} SST-2 and TREC runs had passed its lowest `val/loss` before its "
+                       "last epoch, none was resumed mid-epoch"],
+        "### Accuracy and cost of every score function": [imdb_convergence, imdb_resumes],
         "### Does unscaled dot degrade at large d_k?": [convergence, resumes],
     }
 

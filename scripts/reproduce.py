@@ -805,6 +805,9 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 if old_records.exists():
                     removed += [p for p in old_records.rglob("*") if p.is_file()]
                     shutil.rmtree(old_records)
+            progress_stage = pub / PROGRESS / "runs" / stage
+            if progress_stage.is_dir() and not any(progress_stage.iterdir()):  # as a clone has it: no empty folder
+                progress_stage.rmdir()
             progress_manifest = pub / PROGRESS / "manifest.json"
             if progress_manifest.is_file():
                 kept = json.loads(progress_manifest.read_text())
@@ -853,7 +856,12 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
         removed = [p for p in dict.fromkeys(removed) if not p.exists()]  # not written anew by this report
         missing = broken_result_links(stage_root)
         if missing:
-            raise PublishError(f"{missing[0][0]} shows {missing[0][1]}, which this report did not draw (its runs "
+            page, link = missing[0]
+            if f"/{PROGRESS}/" in f"/{link}":
+                raise PublishError(f"{page} shows {link}, progress records this publish moves to "
+                                   "docs/results/<device>/runs/<stage>/: reword the page's prose of the re-run "
+                                   "so far (the published table is its report now) and remove the link")
+            raise PublishError(f"{page} shows {link}, which this report did not draw (its runs "
                                "lack what the figure plots, e.g. training tokens/s of runs shorter than "
                                "callbacks.run_stats.warmup_steps): publish a report that draws it, or remove the "
                                "figure from the page")

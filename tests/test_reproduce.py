@@ -8,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import math
+import re
 import shutil
 import signal
 import subprocess
@@ -352,10 +353,12 @@ def finished_runs(tmp_path_factory, data_dir, cache_dir):
 _PARETO_FIGURE = "![accuracy vs training tokens/s](results/cpu/compare_pareto.png)\n"
 
 
-def _fake_repo(tmp_path, figure: bool = False):
+def _fake_repo(tmp_path, figure: bool = False, progress: bool = True):
     """A copy of the repository's published side (README.md, docs/) with the code linked in: publishing into it
     leaves the real docs alone. Without ``figure`` the page does not show compare's pareto plot: the tiny runs'
-    report draws it only when their tokens/s count (runs on a busy machine are left out as disturbed)."""
+    report draws it only when their tokens/s count (runs on a busy machine are left out as disturbed). Without
+    ``progress`` the copy holds none of the repository's progress records (docs/results/cpu/progress/) and its
+    pages no longer link to them (the link text stays): a page linking a removed record is what --publish refuses."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for md in REPO_ROOT.glob("*.md"):
@@ -365,6 +368,11 @@ def _fake_repo(tmp_path, figure: bool = False):
     assert _PARETO_FIGURE in results.read_text()
     if not figure:
         results.write_text(results.read_text().replace(_PARETO_FIGURE, ""))
+    if not progress:
+        shutil.rmtree(repo / "docs" / "results" / "cpu" / "progress", ignore_errors=True)
+        for md in [*repo.glob("*.md"), *(repo / "docs").rglob("*.md")]:
+            text = md.read_text()
+            md.write_text(re.sub(r"\[([^\]]*)\]\((?:\.\./)*(?:docs/)?results/cpu/progress/[^)]*\)", r"\1", text))
     for name in ("conf", "scripts", "src", "train.py"):
         (repo / name).symlink_to(REPO_ROOT / name)
     return repo
@@ -460,6 +468,26 @@ def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_
 
 
 @pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
+def test_a_page_linking_the_progress_records_a_publish_empties_is_refused(finished_runs, tmp_path, monkeypatch):
+    """A page that links a stage's progress records (docs/results/cpu/progress/runs/<stage>/, the prose of a
+    re-run "so far") cannot outlive them: publishing the stage moves the records to runs/<stage>/ and the folder
+    goes, as a clone would have it, so the link would break. The publish refuses, naming page and link; nothing
+    changes. Before: the emptied folder stayed in the staging copy and the link passed as shown."""
+    out = _copy_out(finished_runs, "one", tmp_path)
+    repo = _fake_repo(tmp_path, progress=False)
+    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0
+    page = repo / "docs" / "results.md"
+    page.write_text(page.read_text() + "\nKept so far in [the records](results/cpu/progress/runs/compare/).\n")
+    before = _snapshot(repo)
+    assert reproduce.report("compare", out)
+    with pytest.raises(reproduce.PublishError, match=r"docs/results.md shows results/cpu/progress/runs/compare/, "
+                                                      r"progress records this publish moves to .*remove the link"):
+        reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
+    assert _snapshot(repo) == before
+
+
+@pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
 def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_path, monkeypatch, capsys):
     """When report.py fails, <stage>/report/ holds the previous report's files (or a mix): nothing is published
     and the exit status is 1."""
@@ -530,11 +558,10 @@ def test_the_published_run_records_recompute_the_published_tables(finished_runs,
     those alone, on a machine without the results dir (--from-published into an empty one), the report is the
     published one. Before: the published tables' runs lived only in the results dir of the machine that ran them."""
     out = _copy_out(finished_runs, "one", tmp_path)
-    repo = _fake_repo(tmp_path)
+    repo = _fake_repo(tmp_path, progress=False)  # the repository's own progress records: not this test's
     monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
     args = ["--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot", "--report-only"]
     progress = repo / "docs" / "results" / "cpu" / "progress"
-    shutil.rmtree(progress, ignore_errors=True)  # the repository's own progress records: not this test's
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0  # kept before ...
     assert sorted(p.name for p in (progress / "runs" / "compare").iterdir()) == ["dot-trec-s0", "scaled_dot-trec-s0"]
     other = json.loads((progress / "manifest.json").read_text())  # a run kept from another machine, not reported

@@ -13,6 +13,18 @@ import attnbench.config  # noqa: F401 - registers the run schema that conf/train
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def signed(x: float, digits: int = 4) -> str:
+    """``+0.0046`` / ``−0.0126`` (U+2212), as the docs print a paired difference."""
+    return f"{x:+.{digits}f}".replace("-", "\u2212")
+
+
+def fmt_interval(row: dict, digits: int = 4) -> str:
+    """A report row's paired Δ and its 95% interval (``diff_mean`` ± ``diff_ci``) as the docs print them:
+    ``−0.0033 [−0.0062, −0.0005]``."""
+    mean, half = float(row["diff_mean"]), float(row["diff_ci"])
+    return f"{signed(mean, digits)} [{signed(mean - half, digits)}, {signed(mean + half, digits)}]"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Ctrl-C as in a terminal: a runner that starts pytest in the background (``cmd &`` in a script, some CI
     runners) starts it with SIGINT ignored, and every ``train.py`` a test starts inherits that across ``exec``, so

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf, open_dict
 
 from attnbench.config import check_run_config
 
-from .conftest import REPO_ROOT, train_env
+from .conftest import REPO_ROOT, fmt_interval, signed, train_env
 
 DOC_FILES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 SHELL_FENCES = {"bash", "sh", "shell", "console"}
@@ -584,13 +584,8 @@ def test_the_results_pages_prose_is_the_published_compare_numbers():
     def ratio(data, att, key):  # the report's paired multiple (median over seeds of same-seed ratios)
         return rows[(data, att)][f"{key}_ratio"]
 
-    def signed(x, digits=4):
-        return f"{x:+.{digits}f}".replace("-", "\u2212")
-
     def interval(data, att, digits=4):
-        r = rows[(data, att)]
-        lo, hi = r["diff_mean"] - r["diff_ci"], r["diff_mean"] + r["diff_ci"]
-        return f"{signed(r['diff_mean'], digits)} [{signed(lo, digits)}, {signed(hi, digits)}]"
+        return fmt_interval(rows[(data, att)], digits)
 
     sst2, trec = (lambda a: rows[("sst2", a)]), (lambda a: rows[("trec", a)])
     gemm = ("dot", "general", "euclidean", "cosine")  # the scores that reduce to matrix multiplies (l2: cdist)

@@ -94,14 +94,15 @@ def _per_replicate(runs: pd.DataFrame, replicates: list[str], metric: str, how: 
     return reduced.dropna(subset=[metric])
 
 
-def _over_replicates(runs: pd.DataFrame, replicates: list[str], metric: str) -> pd.Series:
-    """``runs``' ``metric`` (as numbers), one value per replicate: the mean of the runs that share its values of
-    ``replicates`` (:func:`_per_replicate`); without replicate keys, one value per run. What the mean columns of
-    :func:`summarise` (memory, parameters, attention diagnostics, a stopped run's steps) average, so that a seed
-    run twice weighs as much as any other seed, as in the accuracy statistics."""
+def _over_replicates(runs: pd.DataFrame, replicates: list[str], metric: str, how: str = "mean") -> pd.Series:
+    """``runs``' ``metric`` (as numbers), one value per replicate: the ``how`` (``"mean"`` or ``"median"``) of the
+    runs that share its values of ``replicates`` (:func:`_per_replicate`); without replicate keys, one value per
+    run. What :func:`summarise` averages (the mean columns: memory, parameters, attention diagnostics, a stopped
+    run's steps) or takes the median of (the rates, each replicate its median run), so that a seed run twice
+    weighs as much as any other seed, as in the accuracy statistics."""
     if not replicates:
         return pd.to_numeric(runs[metric], errors="coerce")
-    return _per_replicate(runs, replicates, metric, "mean")[metric]
+    return _per_replicate(runs, replicates, metric, how)[metric]
 
 
 def _is_missing(value: Any) -> bool:
@@ -250,8 +251,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                     undisturbed &= ~partial_tests
                 kept = undisturbed[group.index]
                 # the median over seeds of each seed's median run: a seed run twice (a twin) weighs as one seed
-                row[column] = (_per_replicate(group[kept], replicates, metric, "median")[metric].median()
-                               if replicates else pd.to_numeric(group[metric][kept], errors="coerce").median())
+                row[column] = _over_replicates(group[kept], replicates, metric, "median").median()
                 if base_runs is not None:
                     # one seed's runs on one host pair (a host column absent, or NaN in runs from before it: pairs
                     # as the replicate alone did)

@@ -185,6 +185,18 @@ def test_long_context_table_shows_unfinished_runs_by_their_cost():
     assert lines[4] == "| 512 | `scaled_dot` | 0.8700 | 15,000 (1.000×) | 0.9 | finished | 1600 |"
 
 
+def test_long_context_multiples_are_the_reports_paired_ones():
+    """A report with paired multiples (``train_tok_s_ratio``: each run over the scaled_dot run of its own machine)
+    shows those, not the ratio of the two rows' rates: with scaled_dot run on two machines (a baseline twin), its
+    row's rate is the mean of both, and dividing by it would mix the machines (here 400 / 20,000 = 0.020)."""
+    paired = LONG_CONTEXT_CSV.replace("extrapolated_sec\n", "extrapolated_sec,train_tok_s_ratio,train_tok_s_ratio_n\n")
+    paired = paired.replace(",0,,,\n", ",0,,,,1.0,1\n").replace(",39007.5\n", ",39007.5,0.016,1\n")
+    lines = tables.render_long_context(_rows(paired)).splitlines()
+    assert lines[2] == "| 256 | `scaled_dot` | 0.8600 | 20,000 (1.000×) | 0.35 | finished | 1200 |"
+    assert lines[3] == ("| 256 | `additive` | unfinished (max_time): 205 of 2,229 steps | 400 (0.016×) | 17.5 | "
+                        "10.8 h (extrapolated) | 1900 |")
+
+
 def test_a_report_with_another_varying_setting_is_refused():
     rows = _rows(COMPARE_CSV)
     rows.append(dict(rows[0], **{"trainer.max_epochs": "5"}))  # sst2 scaled_dot twice: the table would hide it

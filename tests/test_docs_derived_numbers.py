@@ -623,8 +623,30 @@ def test_the_cost_pages_numbers_from_its_result_files():
         return at[(score, path, mode)][key] / at[("sdpa_scaled_dot", "sdpa", mode)][key]
 
     assert f"their gap (fwd+bwd {ratio('scaled_dot', 'fast', 'fwd_bwd'):.2f}×) is this measurement's noise" in text
+    at512 = {(r["score"], r["path"]): r["time_s"] for r in cost["rows"]
+             if r["n"] == 512 and r["d"] == 64 and r["status"] == "ok" and r["mode"] == "fwd_bwd"}
+    growth = {s: at[(s, p, "fwd_bwd")]["time_s"] / at512[(s, p)] for s, p in
+              [("sdpa_scaled_dot", "sdpa")] + [(s, "fast") for s in ("dot", "scaled_dot", "general", "cosine",
+                                                                        "euclidean")]}
+    sdpa_growth = growth.pop("sdpa_scaled_dot")
+    assert sdpa_growth > max(growth.values())  # SDPA's own n = 1024 time is the outlier the text names
+    assert (f"SDPA's own fwd+bwd at n = 1024 took {sdpa_growth:.1f}× its time at n = 512, where the other GEMM rows "
+            f"took {min(growth.values()):.1f}–{max(growth.values()):.1f}×") in text
     additive = ratio("additive", "fast", "fwd_bwd")
-    assert f"about **{round(additive, -1):.0f}× the time of SDPA** at n = 1024 (fwd+bwd; {additive:.0f}×)" in text
+    own = at[("additive", "fast", "fwd_bwd")]["time_s"] / at[("scaled_dot", "fast", "fwd_bwd")]["time_s"]
+    assert (f"about **{round(additive, -1):.0f}× the time of SDPA** at n = 1024 (fwd+bwd; {additive:.0f}×, and "
+            f"{own:.0f}× `scaled_dot`'s own fast path, measured beside it)") in text
+    # which run, on what machine: the stage's manifest records and the benchmarks' own metadata
+    manifest = json.loads((REPO_ROOT / "docs/results/cpu/manifest.json").read_text())["jobs"]
+    hardware = cost["meta"]["hardware"]
+    minutes = {k: divmod(round(manifest[f"cost/{k}"]["seconds"]), 60) for k in ("attention", "train_throughput")}
+    (commit,), = {tuple(manifest[f"cost/{k}"]["commits"]) for k in minutes}
+    assert (f"--threads 2` alone; commit `{commit[:7]}`, {minutes['attention'][0]} min "
+            f"{minutes['attention'][1]:02d} s) on a 2-core VM whose CPU reports \"{hardware['cpu']}\" (1-minute load "
+            f"{hardware['load_avg_1min']:.2f} when it started") in text
+    assert hardware["cpu_count"] == 2 and hardware["torch_threads"] == 2
+    assert (f"(the same stage run, commit `{commit[:7]}`, {minutes['train_throughput'][0]} min "
+            f"{minutes['train_throughput'][1]:02d} s, straight after the first)") in text
     assert f"{ratio('additive', 'fast', 'fwd_bwd', 'peak_mem_bytes'):.1f}× SDPA's memory" in text
     assert f"the naive B·H·n·n·d_a tensor needs {at[('additive', 'naive', 'fwd_bwd')]['peak_mem_bytes'] / 2**30:.0f} GiB" in text
     assert f"`l2` (no SDPA) about {ratio('l2', 'fast', 'fwd_bwd'):.0f}×" in text

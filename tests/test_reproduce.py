@@ -690,6 +690,8 @@ def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, mon
         assert "--lengths" not in calls[0] and calls[0][calls[0].index("--device") + 1] == "cuda"
     assert {k: v["status"] for k, v in manifest["jobs"].items()} == {
         f"cost/{name}": "done" for name in (["attention", "train_throughput"] if device == "cpu" else ["attention"])}
+    # each benchmark's wall time is an estimate the next plan uses (before: "cost ... unknown" in every plan)
+    assert set(reproduce.measured_seconds(manifest)) == set(manifest["jobs"])
     calls.clear()
     assert reproduce.run_cost(device, tmp_path, manifest, "abc") and calls == []  # done: skipped
 

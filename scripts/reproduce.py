@@ -747,6 +747,15 @@ def broken_result_links(root: Path) -> list[tuple[str, str]]:
     return broken
 
 
+def prune_empty(folder: Path, stop: Path) -> None:
+    """Remove ``folder`` and then each of its parents while it is an empty directory, up to ``stop`` (kept): the
+    tree a publish leaves is the tree a clone has, where git keeps no empty folder."""
+    for path in (folder, *folder.parents):
+        if path == stop or not path.is_dir() or any(path.iterdir()):
+            return
+        path.rmdir()
+
+
 def publish(stages: list[str], out: Path, device: str, started: float) -> list[Path]:
     """Publish the reports of ``stages`` (each ``<out>/<stage>/report/``, of every run in ``<out>/<stage>``) to
     ``docs/results/<device>/`` and rewrite the generated tables of README.md and docs/ from them, all or nothing.
@@ -808,9 +817,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 if old_records.exists():
                     removed += [p for p in old_records.rglob("*") if p.is_file()]
                     shutil.rmtree(old_records)
-            progress_stage = pub / PROGRESS / "runs" / stage
-            if progress_stage.is_dir() and not any(progress_stage.iterdir()):  # as a clone has it: no empty folder
-                progress_stage.rmdir()
+            prune_empty(pub / PROGRESS / "runs" / stage, stop=pub)  # as the move below and a clone leave it
             progress_manifest = pub / PROGRESS / "manifest.json"
             if progress_manifest.is_file():
                 kept = json.loads(progress_manifest.read_text())
@@ -883,10 +890,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
             for path in removed:
                 target = REPO_ROOT / path.relative_to(stage_root)
                 target.unlink(missing_ok=True)
-                for folder in target.parents:  # a run record's folders, left empty
-                    if folder == REPO_ROOT / "docs" / "results" or not folder.is_dir() or any(folder.iterdir()):
-                        break
-                    folder.rmdir()
+                prune_empty(target.parent, stop=REPO_ROOT / "docs" / "results")  # a run record's folders, left empty
         except OSError as err:
             raise PublishError(f"could not write {err.filename}: {err.strerror}") from None
         written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]

@@ -851,3 +851,27 @@ def test_the_per_run_prose_is_its_published_jobs_csv():
         text = section(results, where)
         for claim in claims:
             assert claim in text, f"{where}: {claim}"
+
+
+def test_the_bare_loop_and_diagnostics_overheads_are_their_published_json():
+    """docs/cost.md's attnbench-vs-bare-loop figure and docs/logging.md's diagnostics overhead quote the JSON files
+    ``scripts/bench_train.py --json`` wrote (docs/results/cpu/bench_train_bare.json, bench_train_diagnostics.json),
+    with the command, thread count and CPU those files record."""
+    import json
+
+    bare = json.loads((REPO_ROOT / "docs/results/cpu/bench_train_bare.json").read_text())
+    cost = " ".join((REPO_ROOT / "docs" / "cost.md").read_text().split())
+    assert f"`python {bare['meta']['command']}`" in cost
+    assert bare["meta"]["threads"] == 2 and bare["meta"]["processor"].startswith("Intel(R) Xeon(R)")
+    result = bare["result"]
+    assert (f"attnbench's Lightning step runs {result['attnbench']:,.0f} train tokens/s against {result['bare']:,.0f} "
+            f"for a bare `nn.TransformerEncoder` loop on the same batches ({result['ratio']:.2f}×;") in cost
+    diag = json.loads((REPO_ROOT / "docs/results/cpu/bench_train_diagnostics.json").read_text())
+    logging = " ".join((REPO_ROOT / "docs" / "logging.md").read_text().split())
+    assert f"`taskset -c 1 python {diag['meta']['command']}`" in logging
+    assert diag["meta"]["threads"] == 1
+    result = diag["result"]
+    assert (f"one probe plus the gradient norms takes {result['probe_sec'] * 1000:.1f} ms, so every 100 steps it adds "
+            f"{result['overhead']:.2%} to training time; the interleaved runs with and without it measured "
+            f"{result['with']:,.0f} and {result['without']:,.0f} tokens/s (best of 3, ratio {result['ratio']:.3f};") \
+        in logging

@@ -607,7 +607,7 @@ def _fmt_bytes(num: float | None) -> str:
 
 
 def hardware_info(device: torch.device) -> dict[str, Any]:
-    """CPU model, GPU name, torch/python versions and thread counts."""
+    """CPU model, GPU name, torch/python versions, thread counts and the code's commit (:func:`code_commit`)."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
@@ -626,11 +626,28 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "device": str(device),
         "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "commit": code_commit(),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     return info
+
+
+def code_commit() -> str:
+    """HEAD's 12-digit sha, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it (the rule of
+    ``scripts/reproduce.py``'s manifest), or ``unknown (not a git checkout)``: the code a result came from."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + ("+dirty" if dirty else "")
 
 
 def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_bwd") -> list[Any]:

@@ -256,19 +256,38 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 def write_json(args: argparse.Namespace, result: dict) -> None:
-    """``args.json``: ``{"meta": {command, threads, torch, machine, processor, unit}, "result": result}``
-    (tokens/s are non-padding tokens per second of wall time); written whole or not at all."""
+    """``args.json``: ``{"meta": {command, commit, created, threads, torch, machine, processor, unit}, "result":
+    result}`` (commit: :func:`code_commit`; created: local ISO time the result was written; tokens/s are
+    non-padding tokens per second of wall time); written whole or not at all."""
+    import datetime as dt
     import json
     import platform
     import sys
 
-    meta = {"command": " ".join(["scripts/bench_train.py", *sys.argv[1:]]), "threads": torch.get_num_threads(),
+    meta = {"command": " ".join(["scripts/bench_train.py", *sys.argv[1:]]), "commit": code_commit(),
+            "created": dt.datetime.now().isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "processor": _cpu_model(),
             "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.json.with_suffix(".tmp")
     tmp.write_text(json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
     tmp.replace(args.json)
+
+
+def code_commit() -> str:
+    """HEAD's 12-digit sha, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it (the rule of
+    ``scripts/reproduce.py``'s manifest), or ``unknown (not a git checkout)``: the code a result came from."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + ("+dirty" if dirty else "")
 
 
 def _cpu_model() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import re
 import sys
 
 import pytest
@@ -67,6 +68,9 @@ def test_tiny_run_writes_real_measurements(bench, tmp_path):
     meta = json.loads((tmp_path / "results.json").read_text())["meta"]
     assert any("matmul-type ops only" in note for note in meta["notes"])
     assert meta["hardware"]["torch"]
+    # the code it ran: this checkout's HEAD (or the fallback outside a git checkout)
+    assert meta["hardware"]["commit"] == bench.code_commit()
+    assert re.fullmatch(r"[0-9a-f]{12}(\+dirty)?|unknown \(not a git checkout\)", meta["hardware"]["commit"])
     assert not (tmp_path / "wandb").exists()
 
 

@@ -104,6 +104,27 @@ def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monke
     assert all(rate > 0 for v in runs.values() for rate in v)
 
 
+def test_bench_train_json_says_which_code_and_when(tmp_path):
+    """A published --json figure names its commit (HEAD, +dirty for uncommitted src/conf/scripts/train.py
+    changes) and when it was written, so a reader need not take a page's word for the code it ran on."""
+    import argparse
+    import datetime as dt
+    import json
+    import subprocess
+
+    bench = _script("bench_train")
+    out = tmp_path / "bench.json"
+    bench.write_json(argparse.Namespace(json=out), {"ratio": 1.25})
+    meta = json.loads(out.read_text())["meta"]
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if head.returncode == 0:
+        assert meta["commit"] in (head.stdout.strip(), head.stdout.strip() + "+dirty")
+    else:
+        assert meta["commit"] == "unknown (not a git checkout)"
+    assert abs(dt.datetime.fromisoformat(meta["created"]) - dt.datetime.now()) < dt.timedelta(minutes=5)
+    assert json.loads(out.read_text())["result"] == {"ratio": 1.25}
+
+
 def test_batching_row_is_the_hand_count():
     """`--batching` per-step arithmetic against a hand count: 3 timed batches of 64 x 20 = 1,280 tokens each
     (3,840 in all, 5,120 positions), best rate 1,000 tokens/s -> 1,000 / 1,280 = 0.78125 steps/s, 1,280 ms a step;

@@ -166,17 +166,34 @@ def run_name(stage: str, overrides: dict[str, str], extra: list[str]) -> str:
 
 
 def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> list[Job]:
-    """Every training job of ``stages``, in order (Hydra composes the configs; nothing runs)."""
+    """Every training job of ``stages``, in order (Hydra composes the configs; nothing runs).
+
+    Raises:
+        SystemExit: a ``--grid`` or ``--set`` override Hydra cannot compose (a misspelt key, an unknown
+            option of a config group, a value of the wrong type): one line, as ``train.py`` gives it.
+    """
     import attnbench.config  # noqa: F401  (registers the train_schema structured config)
     from hydra import initialize_config_dir
+    from hydra.errors import CompactHydraException
+
+    from attnbench.config import type_error_message
+    from attnbench.run.failures import hydra_error_message
 
     jobs = []
     with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
         for stage in stages:
             if stage not in TRAIN_STAGES:
                 continue
-            for overrides in stage_grid(stage, grid, extra):
-                jobs.append(Job(stage, overrides, out / stage / run_name(stage, overrides, extra), list(extra)))
+            try:
+                for overrides in stage_grid(stage, grid, extra):
+                    jobs.append(Job(stage, overrides, out / stage / run_name(stage, overrides, extra), list(extra)))
+            except CompactHydraException as err:
+                hydras = str(err).split("Config search path")[0]  # the options it lists, not where it looked
+                message = hydra_error_message(err) or type_error_message(err) or " ".join(
+                    (hydras + (f" {err.__cause__}" if err.__cause__ is not None else "")).split())
+                given = " ".join([*(f"--grid {g}" for g in grid), *(f"--set {e}" for e in extra)])
+                raise SystemExit(f"{stage}: Hydra cannot compose the stage with {given or 'its own config'}. "
+                                 f"{message}") from None
     names = [j.run_dir for j in jobs]
     if len(set(names)) != len(names):
         dup = sorted({str(n) for n in names if names.count(n) > 1})[:3]
@@ -1005,6 +1022,10 @@ def main(argv: list[str] | None = None) -> int:
         if "cost" in stages and not run_cost(args.device, out, manifest, commit):
             failed.append("cost")
     if not args.no_report:
+        if "cost" in stages:  # its results are the benchmarks' own files: scripts/report.py has nothing to add
+            print(f"cost: no report to write; its results are the benchmark files in {out / 'cost'}"
+                  + (" (published below)" if args.publish else " (--publish copies them into docs/results/)"),
+                  flush=True)
         report_started = time.time() - 2.0  # 2 s: filesystems that keep whole (FAT: even) seconds of mtime
         bad = [stage for stage in stages if stage in TRAIN_STAGES and not report(stage, out)]
         if bad:

@@ -115,6 +115,24 @@ def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):
         reproduce.plan(["compare"], tmp_path, ["seed"], [])
 
 
+@pytest.mark.parametrize("grid, extra, says", [
+    (["seeds=0,1"], [], r"^compare: Hydra cannot compose the stage with --grid seeds=0,1\. Unknown config key "
+                        r"'seeds': did you mean seed\?"),
+    (["attention=dotx"], [], r"--grid attention=dotx\. .*Could not find 'attention/dotx' Available options in "
+                             r"'attention': additive cosine dot euclidean general l2 scaled_dot$"),
+    ([], ["trainer.max_step=5"], r"--set trainer\.max_step=5\. Unknown config key 'trainer\.max_step': did you "
+                                 r"mean trainer\.max_steps"),
+])
+def test_a_grid_or_set_override_hydra_cannot_compose_is_one_line_naming_it(tmp_path, grid, extra, says):
+    """A typo in --grid/--set ends the plan with train.py's one-line message and the override it came from, not a
+    Hydra traceback that advises '+seeds=0' (which would silently add an unused key)."""
+    with pytest.raises(SystemExit) as stop:
+        reproduce.plan(["compare"], tmp_path, grid, extra)
+    message = str(stop.value.code)
+    assert "\n" not in message and "Traceback" not in message and "Config search path" not in message
+    assert re.search(says, message), message
+
+
 def _reproduce_cmd(out, *args, steps=4, epochs=2):
     return [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages", "compare",
            "--grid", "seed=0", "--grid", "data=trec", "--set", f"trainer.max_steps={steps}",
@@ -866,3 +884,13 @@ def test_a_job_whose_baseline_ran_on_another_machine_gets_a_baseline_twin_here(t
     planned, twins = reproduce.with_baseline_twins(jobs, "a/1")
     assert twins == [] and len(planned) == len(jobs)
     assert reproduce.host_tag("vm/c4397b6f") == "vm-c4397b6f"
+
+
+def test_report_only_on_the_cost_stage_says_it_has_no_report_to_write(tmp_path, capsys):
+    """``--report-only --stages cost`` ran nothing and wrote nothing; it now says why instead of ending on
+    "0 failed" alone: the cost stage's results are its benchmarks' files, which --publish copies."""
+    assert reproduce.main(["--out", str(tmp_path), "--stages", "cost", "--report-only"]) == 0
+    out = capsys.readouterr().out
+    assert f"cost: no report to write; its results are the benchmark files in {tmp_path / 'cost'}" in out
+    assert "(--publish copies them into docs/results/)" in out
+    assert [p.name for p in tmp_path.iterdir()] == [".reproduce.lock"]  # the lock of the results dir only

@@ -341,6 +341,31 @@ BENCH_ROWS = (
 )
 
 
+def render_epoch_probe(data: dict) -> str:
+    """A hand-run budget probe's ``probe.json`` (docs/results/cpu/probes/imdb_epochs/): per run (epochs, seed) its
+    ``val/acc`` by epoch, the best one and its epoch (0-based), ``val/loss`` after the first and the last epoch,
+    ``test/acc`` (of the best-``val/acc`` checkpoint), and the published 2-epoch run of the same seed
+    (``published_2_epoch_runs``, with its twin where it has one).
+
+    Raises:
+        KeyError: a run without ``val/acc_by_epoch``, ``val/loss_by_epoch`` or ``test/acc``, or a seed with no
+            published run: re-write the probe.json from the runs' records.
+    """
+    lines = ["| epochs | seed | `val/acc` by epoch | best `val/acc` (epoch, from 0) | `val/loss` first → last | test/acc "
+             "| published 2-epoch run's test/acc |", "|---|---|---|---|---|---|---|"]
+    runs = sorted(data["runs"].items(), key=lambda kv: (-len(kv[1]["val/acc_by_epoch"]), kv[0]))
+    for name, run in runs:
+        seed = name.rsplit("-s", 1)[1]
+        acc, loss = run["val/acc_by_epoch"], run["val/loss_by_epoch"]
+        best = max(range(len(acc)), key=acc.__getitem__)
+        published = data["published_2_epoch_runs"][seed]
+        shown = f"{published['test/acc']:.4f}" + (f" (twin {published['twin']['test/acc']:.4f})"
+                                                  if "twin" in published else "")
+        lines.append(f"| {len(acc)} | {seed} | {', '.join(f'{a:.4f}' for a in acc)} | {acc[best]:.4f} ({best}) | "
+                     f"{loss[0]:.3f} → {loss[-1]:.3f} | {run['test/acc']:.4f} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     """``scripts/bench_attention.py``'s ``results.json`` (the ``cost`` stage of scripts/reproduce.py, published as
     ``docs/results/<device>/attention_cost.json``): at ``n`` and head dim ``d``, per :data:`BENCH_ROWS` row the
@@ -465,6 +490,7 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
+RENDERERS["docs/results/cpu/probes/imdb_epochs/probe.json"] = render_epoch_probe
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 

@@ -401,3 +401,13 @@ def test_a_variant_without_a_test_accuracy_reads_as_none_not_nan():
     """A report row with n = 0 and no stopped run (its runs recorded no test accuracy). Before: 'nan'."""
     assert tables._acc({"n": "0", "acc_mean": "", "acc_std": "", "acc_ci": "", "n_stopped": "0"}) == \
         ("–", "no test accuracy")
+
+
+def test_the_epoch_probe_table_names_each_runs_best_epoch_and_the_published_run_of_its_seed():
+    run = {"val/acc_by_epoch": [0.8, 0.9, 0.85], "val/loss_by_epoch": [0.4, 0.5, 0.7], "test/acc": 0.81}
+    data = {"runs": {"epochs3/x-s0": run, "epochs2/x-s0": {**run, "val/acc_by_epoch": [0.7, 0.8],
+                                                           "val/loss_by_epoch": [0.5, 0.45], "test/acc": 0.82}},
+            "published_2_epoch_runs": {"0": {"test/acc": 0.83, "twin": {"test/acc": 0.84}}}}
+    rows = tables.render_epoch_probe(data).splitlines()[2:]
+    assert rows == ["| 3 | 0 | 0.8000, 0.9000, 0.8500 | 0.9000 (1) | 0.400 → 0.700 | 0.8100 | 0.8300 (twin 0.8400) |",
+                    "| 2 | 0 | 0.7000, 0.8000 | 0.8000 (1) | 0.500 → 0.450 | 0.8200 | 0.8300 (twin 0.8400) |"]

@@ -778,28 +778,60 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return sorted(front)
 
 
+def _score_styles(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """One colour and marker per score function, the same in every figure of every report: each registered score
+    function (:func:`attnbench.attention.available`, sorted) keeps its place in the palette whichever of them a
+    report holds; names the registry lacks (a run of a score function since removed) follow."""
+    from matplotlib import colormaps
+
+    from attnbench.attention import available
+
+    known = sorted(available())
+    order = known + sorted({str(n) for n in names} - set(known))
+    colours = colormaps["tab10"].colors
+    markers = "os^Dv<>pP*hX"
+    return {name: {"color": colours[i % len(colours)], "marker": markers[i % len(markers)]}
+            for i, name in enumerate(order)}
+
+
 def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -> None:
     """Accuracy means at ``x``: with a 95% CI error bar where there are >= 2 seeds, a bare marker where one seed
     gives no interval (never a zero-length bar that reads as certainty)."""
     has_ci = group["acc_ci"].notna()
     label = style.pop("label", None)
     line = style.pop("line", False)
+    marker = style.pop("marker", "o")
     if has_ci.any():
-        bars = ax.errorbar(x[has_ci], group.loc[has_ci, "acc_mean"], yerr=group.loc[has_ci, "acc_ci"], fmt="o",
+        bars = ax.errorbar(x[has_ci], group.loc[has_ci, "acc_mean"], yerr=group.loc[has_ci, "acc_ci"], fmt=marker,
                            capsize=3, label=label, **style)
         style["color"] = bars[0].get_color()
         label = None
     if (~has_ci).any():
-        (points,) = ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], "o", mfc="none", label=label, **style)
+        (points,) = ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], marker, mfc="none", label=label, **style)
         style["color"] = points.get_color()
     if line:  # drawn last, in the markers' colour (drawn first, it took the next colour of the cycle for itself)
         ax.plot(x, group["acc_mean"], "-", color=style["color"], alpha=0.6)
 
 
-def _title(setting: str, fixed: dict[str, str]) -> str:
+def _multiple_axis(ax: Any, values: pd.Series) -> None:
+    """A rate-multiple x axis: logarithmic where the multiples span more than 3x (additive's 0.05x beside 1x
+    squeezed every other score function into one corner of a linear axis), ticks as plain numbers (0.1, 0.2,
+    0.5, 1), and a dotted line at 1 (the baseline)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    values = values[values > 0]
+    if len(values) and values.max() / values.min() > 3:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.axvline(1.0, color="grey", lw=0.8, ls=":", zorder=0)
+
+
+def _title(setting: str, fixed: dict[str, str], width: int = 70) -> str:
     import textwrap
 
-    text = textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), 70)
+    text = textwrap.fill((setting + " | " if setting else "") + "fixed: " + headline(fixed), width)
     return text.replace("$", r"\$")  # a setting's text is not matplotlib mathtext
 
 
@@ -813,6 +845,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     else the median tokens/s.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     fixed = fixed or {}
     out: dict[str, Any] = {}
@@ -825,24 +858,34 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     paired = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
     rate, rate_label = (("train_tok_s_ratio", f"training tokens/s ÷ {baseline}'s (same seed; median over seeds)")
                         if paired else ("train_tok_s", "training tokens/s"))
+    styles = _score_styles(table["attention"].dropna()) if "attention" in table else {}
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
-        fig = Figure(figsize=(5.5 * len(settings), 4.6), layout="tight")
+        fig = Figure(figsize=(5.0 * len(settings), 4.4), layout="constrained")
         axes = fig.subplots(1, len(settings), squeeze=False)
+        legend: dict[str, Any] = {}  # one legend for the figure: a score function's marker is the same in each panel
         for ax, (key, group) in zip(axes[0], settings):
             group = group.dropna(subset=[rate, "acc_mean"])
-            _accuracy_points(ax, group[rate], group)
-            for _, r in group.iterrows():
-                ax.annotate(str(r["attention"]), (r[rate], r["acc_mean"]), textcoords="offset points",
-                            xytext=(4, 4), fontsize=8)
+            for i in range(len(group)):  # a marker and colour per score function, no text that overlaps
+                row = group.iloc[i:i + 1]
+                name = str(row["attention"].iloc[0])
+                _accuracy_points(ax, row[rate], row, label=name, **styles[name])
             front = _pareto(list(zip(group[rate], group["acc_mean"])))
             if front:
-                ax.plot(*zip(*front), "--", color="grey", lw=1, label="Pareto front")
+                ax.plot(*zip(*front), "--", color="grey", lw=1, label="Pareto front", zorder=0)
+            if paired:
+                _multiple_axis(ax, group[rate])
             key = key if isinstance(key, tuple) else (key,)
-            ax.set_title(_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)), fixed), fontsize=8)
+            ax.set_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)).replace("$", r"\$"), fontsize=9)
             ax.set_xlabel(rate_label, fontsize=8 if paired else None)
             ax.set_ylabel(acc_label, fontsize=8)
-            if ax.get_legend_handles_labels()[0]:  # a setting whose runs have no rate draws nothing to label
-                ax.legend(loc="best", fontsize=8)
+            handles, labels = ax.get_legend_handles_labels()
+            legend.update((lab, h) for h, lab in zip(handles, labels) if lab not in legend)
+        if "Pareto front" in legend:
+            legend["Pareto front"] = legend.pop("Pareto front")  # last, after the score functions
+        if legend:  # a setting whose runs have no rate draws nothing, and no empty legend
+            fig.legend(list(legend.values()), list(legend.keys()), loc="outside lower center",
+                       ncols=min(len(legend), 8), fontsize=8, frameon=False)
+        fig.suptitle(_title("", fixed, width=int(16 * 5.0 * len(settings))), fontsize=8)
         out["pareto.png"] = fig
     for key, name, panels in (
         ("model.head_dim", "head_dim.png", (("acc_mean", "test accuracy"), ("saturated_frac", "saturated rows"))),
@@ -855,16 +898,22 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         axes = fig.subplots(1, len(panels), squeeze=False)
         # one line per score function per setting of the other swept keys (a line never joins two datasets)
         line_keys = ["attention"] + [k for k in variant_keys if k not in ("attention", key) and k in table]
+        lines = list(table.groupby(line_keys, sort=False, dropna=False))  # tuple keys (a list groupby)
         for ax, (column, label) in zip(axes[0], panels):
-            for line_key, group in table.groupby(line_keys, sort=False, dropna=False):  # tuple keys (list groupby)
+            for i, (line_key, group) in enumerate(lines):
                 line_label = ", ".join([str(line_key[0])]
                                        + [f"{k}={v}" for k, v in zip(line_keys[1:], line_key[1:])])
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
-                if column == "acc_mean":
-                    _accuracy_points(ax, group["_x"], group, label=line_label, line=True)
+                # the score function's colour and marker of every figure, where it has one line (a line per
+                # dataset too takes the colour cycle: two lines of one colour would not tell the datasets apart)
+                style = dict(styles[str(line_key[0])]) if len(line_keys) == 1 else {}
+                if column == "acc_mean":  # each line's points a little aside, so that the interval bars don't overlap
+                    dodge = 2.0 ** ((i - (len(lines) - 1) / 2) * 0.04)
+                    _accuracy_points(ax, group["_x"] * dodge, group, label=line_label, line=True, **style)
                 else:
-                    ax.plot(group["_x"], group[column], marker="o", label=line_label)
+                    ax.plot(group["_x"], group[column], label=line_label, **({"marker": "o"} | style))
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 16, 32, ... rather than 2^4
             if column in ("train_tok_s", "peak_mem_mb"):
                 ax.set_yscale("log")
             ax.set_xlabel(key)

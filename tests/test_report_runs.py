@@ -116,11 +116,17 @@ def test_one_seed_draws_no_error_bars_and_titles_name_the_fixed_settings(runs_fo
     jobs, swept, fixed = report.read_runs([runs_folder])
     table = report.summarise(jobs, swept)
     figs = report.figures(table, [k for k in swept if k != "seed"], fixed)
-    (ax,) = figs["pareto.png"].axes
+    fig = figs["pareto.png"]
+    (ax,) = fig.axes
     assert not [c for c in ax.containers if isinstance(c, ErrorbarContainer)]  # no bar where one seed gives none
-    points = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    points = [line for line in ax.get_lines() if line.get_linestyle() == "None"]  # markers, not the front's line
     assert sorted(float(y) for line in points for y in line.get_ydata()) == pytest.approx([0.78, 0.79, 0.80])
-    assert "fixed: data=sst2, model=tiny, seed=0, trainer.max_steps=150" in ax.get_title().replace("\n", " ")
+    assert all(line.get_markerfacecolor() == "none" for line in points)  # hollow: one seed
+    # a score function's colour and marker are its own, and the figure's one legend names each
+    assert len({(line.get_color(), line.get_marker()) for line in points}) == 3
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [*table["attention"], "Pareto front"]  # the table's order
+    assert "fixed: data=sst2, model=tiny, seed=0, trainer.max_steps=150" in fig.get_suptitle().replace("\n", " ")
     assert "1 seed, no interval" in ax.get_ylabel()
 
 
@@ -172,8 +178,8 @@ def test_paired_delta_stays_within_each_setting(tmp_path):
     # three seeds: the pareto plot has its interval bars, of the hand-computed half-width
     figs = report.figures(table, ["data", "model.head_dim", "attention"], fixed)
     bars = [c for ax in figs["pareto.png"].axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
-    assert len(bars) == 4
-    segments = bars[0].lines[2][0].get_segments()  # sst2, head_dim 16: scaled_dot then additive
+    assert len(bars) == 8  # one per score function and setting
+    segments = [s for bar in bars[:2] for s in bar.lines[2][0].get_segments()]  # sst2, d_k 16: scaled_dot, additive
     # seeds' offsets 0, .002, .004 (std .002) and .01, .022, .034 (std .012): bar = 2 · t · std / sqrt(3)
     assert [s[1][1] - s[0][1] for s in segments] == pytest.approx(
         [2 * t * 0.002 / math.sqrt(3), 2 * t * 0.012 / math.sqrt(3)], rel=1e-6)

@@ -626,6 +626,49 @@ def test_the_compare_prose_is_its_published_csv_section_by_section():
             assert claim in text, f"{where}: {claim}"
 
 
+def test_the_results_short_answer_is_its_published_csvs():
+    """docs/results.md's Results open with the answer in four points; each number in them is recomputed from the
+    published reports (compare.csv, head_dim_sweep.csv, long_context.csv), and each qualitative word rests on an
+    assertion: "contains 0 on all three datasets", "the more the longer the input", "not resolved"."""
+    text = section(REPO_ROOT / "docs" / "results.md", "## Results")
+    text = text[:text.index("**In detail.**")]  # the short answer, before its figure's detailed account
+    rows = csv_rows("compare.csv", ("data", "attention"))
+    hd = csv_rows("head_dim_sweep.csv", ("model.head_dim", "attention"))
+    lc = long_context_rows()
+    additive = {d: rows[(d, "additive")] for d in ("sst2", "trec", "imdb")}
+    assert all(abs(r["diff_mean"]) < r["diff_ci"] for r in additive.values())  # "contains 0 on all three datasets"
+    imdb_low = additive["imdb"]["diff_mean"] - additive["imdb"]["diff_ci"]
+    assert 0 < additive["imdb"]["diff_mean"] + additive["imdb"]["diff_ci"] < 0.001  # "on IMDB only just"
+    rates = [additive["sst2"]["train_tok_s_ratio"], additive["imdb"]["train_tok_s_ratio"],
+             lc[(256, "additive")]["train_tok_s_ratio"], lc[(512, "additive")]["train_tok_s_ratio"]]
+    assert rates == sorted(rates, reverse=True)  # SST-2 (about 20 tokens) > n = 128 > 256 > 512
+    wide = [hd[(d, "dot")] for d in (64, 128, 256)]
+    assert all(r["diff_mean"] + r["diff_ci"] < 0 for r in wide)
+    assert abs(hd[(32, "dot")]["diff_mean"]) < hd[(32, "dot")]["diff_ci"]
+    dot32 = rows[("sst2", "dot")]
+    assert abs(dot32["diff_mean"]) < dot32["diff_ci"]  # compare's d_k = 32: "not resolved by 5 seeds"
+    trec_half = [r["diff_ci"] * 100 for (d, a), r in rows.items() if d == "trec" and a != "scaled_dot"]
+    n = {int(r["n"]) for r in rows.values()}.pop()
+    claims = [
+        f"{n} seeds each, fully trained",
+        f"a loss of up to {-imdb_low * 100:.1f} points there is not ruled out",
+        f"it trains at {rates[0]:.2f}× `scaled_dot`'s tokens/s on SST-2, {rates[1]:.2f}× on IMDB at n = 128, and "
+        f"{rates[2]:.3f}× and {rates[3]:.3f}× at n = 256 and 512",
+        f"weight in {hd[(16, 'dot')]['saturated_frac']:.0%} of its attention rows at d_k = 16, "
+        f"{hd[(256, 'dot')]['saturated_frac']:.0%} at d_k = 256",
+        f"from d_k = 64 on loses {min(-r['diff_mean'] for r in wide) * 100:.1f}–"
+        f"{max(-r['diff_mean'] for r in wide) * 100:.1f} points, every interval excluding 0 (`head_dim_sweep`, "
+        f"{int(hd[(64, 'dot')]['n'])} seeds)",
+        f"unscaled `dot`'s −{-dot32['diff_mean'] * 100:.1f} points at d_k = {compare_model_head_dim()[1]} on SST-2 "
+        f"is not resolved by {n} seeds",
+        f"TREC's paired intervals are ±{min(trec_half):.1f} to ±{max(trec_half):.1f} points wide",
+    ]
+    for claim in claims:
+        assert claim in text, claim
+    seeds = {r["seed"] for r in csv.DictReader((REPO_ROOT / "docs/results/cpu/long_context_jobs.csv").open())}
+    assert len(seeds) == 1 and "`long_context` ran one seed" in text
+
+
 def test_the_cost_pages_numbers_from_its_result_files():
     """docs/cost.md, from the cost stage's own output (docs/results/cpu/attention_cost.json; n = 1024, d = 64 unless
     said): the same kernel's spread (dot, scaled_dot, SDPA) and SDPA's outlying n = 512 -> 1024 growth that make the

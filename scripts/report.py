@@ -26,8 +26,9 @@ of the statistics, and the report gives its measured seconds per step and the ti
 at that rate (planned steps / steps per second) instead, in the table and in a section of its own.
 Plots (PNG, next to ``report.md``):
 
-- ``pareto.png``: test accuracy vs training tokens/s per setting, with the
-  Pareto front (no variant both faster and more accurate);
+- ``pareto.png``: test accuracy (95% interval) vs training tokens/s per setting, one marker per score function
+  (no front is drawn: a line through means whose differences the intervals do not resolve would read as a
+  trade-off the runs did not show);
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
 - ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
   score function per setting of the other swept keys (e.g. per dataset);
@@ -772,12 +773,6 @@ def fixed_text(fixed: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The points no other point beats on both speed (x) and accuracy (y), sorted by x."""
-    front = [p for p in points if not any(q[0] >= p[0] and q[1] >= p[1] and q != p for q in points)]
-    return sorted(front)
-
-
 def _score_styles(names: Iterable[str]) -> dict[str, dict[str, str]]:
     """One colour and marker per score function, the same in every figure of every report: each registered score
     function (:func:`attnbench.attention.available`, sorted) keeps its place in the palette whichever of them a
@@ -869,9 +864,6 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 row = group.iloc[i:i + 1]
                 name = str(row["attention"].iloc[0])
                 _accuracy_points(ax, row[rate], row, label=name, **styles[name])
-            front = _pareto(list(zip(group[rate], group["acc_mean"])))
-            if front:
-                ax.plot(*zip(*front), "--", color="grey", lw=1, label="Pareto front", zorder=0)
             if paired:
                 _multiple_axis(ax, group[rate])
             key = key if isinstance(key, tuple) else (key,)
@@ -880,8 +872,6 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             ax.set_ylabel(acc_label, fontsize=8)
             handles, labels = ax.get_legend_handles_labels()
             legend.update((lab, h) for h, lab in zip(handles, labels) if lab not in legend)
-        if "Pareto front" in legend:
-            legend["Pareto front"] = legend.pop("Pareto front")  # last, after the score functions
         if legend:  # a setting whose runs have no rate draws nothing, and no empty legend
             fig.legend(list(legend.values()), list(legend.keys()), loc="outside lower center",
                        ncols=min(len(legend), 8), fontsize=8, frameon=False)

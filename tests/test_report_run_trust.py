@@ -192,7 +192,7 @@ def test_no_legend_warning_for_a_setting_without_rates():
     fig = figs["pareto.png"]
     assert not fig.axes[1].get_lines() and not fig.axes[1].containers  # trec's panel: nothing drawn
     (legend,) = fig.legends  # one legend for the figure, of what was drawn
-    assert [t.get_text() for t in legend.get_texts()] == ["dot", "scaled_dot", "Pareto front"]
+    assert [t.get_text() for t in legend.get_texts()] == ["dot", "scaled_dot"]
 
 
 def test_every_figure_column_of_report_csv_is_known_to_readme_tables(tmp_path):

@@ -36,7 +36,7 @@ nothing, prints one message and makes the exit status 1 (:func:`publish`). ``--r
 only the reports (and ``--publish``) of the stages given. Every job's log is ``<out>/<stage>/logs/<run
 name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
 
-The plan's columns add up: ``jobs`` = ``done`` (skipped) + ``resume`` (from ``last.ckpt``) + ``start``.
+The plan's columns add up: ``jobs`` = ``done`` (skipped) + ``resume`` (from its newest checkpoint) + ``start``.
 
 Expected duration: per job, the median wall time of the finished jobs of the same stage, score function,
 setting and ``--set`` overrides in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (its
@@ -363,9 +363,11 @@ def fmt_duration(seconds: float) -> str:
 
 
 def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path, n_jobs: int = 1,
-               report_only: bool = False) -> float:
+               report_only: bool = False, device: str = "cpu") -> float:
     """Print the jobs per stage and the expected duration; return it in seconds. The columns add up: ``jobs`` =
-    ``done`` (metrics.json, skipped) + ``resume`` (from checkpoints/last.ckpt) + ``start`` (from the beginning).
+    ``done`` (metrics.json, skipped) + ``resume`` (from its newest checkpoint) + ``start`` (from the beginning).
+    Where no job to run has an estimate (a device none of whose runs were measured), the duration is printed as
+    unknown, not as 0.
     With ``n_jobs`` > 1 the training stages' sum is divided by it (the cost benchmarks run alone). A job with
     ``--set`` overrides and no finished job of the same overrides is estimated at the stage's own budget, and the
     plan says so. ``report_only``: nothing runs (``--report-only``), the expected duration is 0."""
@@ -387,15 +389,21 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
         budget_only += sum(sec is not None and not own for sec, own in found)
         unknown += len(todo) - len(known)
         total += sum(known) / n_jobs
-        note = f"{fmt_duration(sum(known) / n_jobs)}" + (f" + {len(todo) - len(known)} job(s) unknown"
-                                                         if len(todo) > len(known) else "")
+        note = (f"{fmt_duration(sum(known) / n_jobs)}" if known or not todo else "unknown") + (
+            f" + {len(todo) - len(known)} job(s) unknown" if known and len(todo) > len(known) else "")
         if report_only:
             note = "none run (--report-only)"
         print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} "
               f"{len(todo) - states.count('resume'):6d}   {note}")
-    print("(jobs = done + resume + start; done: skipped, resume: from its last.ckpt, start: from the beginning)")
+    print("(jobs = done + resume + start; done: skipped, resume: from its newest checkpoint, interrupted.ckpt or "
+          "last.ckpt; start: from the beginning)")
     if report_only:
         print("expected duration: 0 min 00 s (--report-only: no job runs; the reports cover the finished jobs)")
+        return 0.0
+    if unknown and not total:
+        print(f"expected duration: unknown: none of the {unknown} job(s) to run has an estimate (no finished job of "
+              f"the same settings in {out}, and docs/results/reproduce_seconds_{device}.json has none: no run on "
+              f"this device has been measured; after one, --write-estimates records its times)")
         return 0.0
     print(f"expected duration: {fmt_duration(total)}" + (f" plus {unknown} job(s) without an estimate"
                                                           if unknown else "")
@@ -984,6 +992,8 @@ def main(argv: list[str] | None = None) -> int:
             save_manifest(out, manifest)
         print(f"--from-published: {'would restore' if args.dry_run else 'restored'} {len(restored)} published run(s) "
               f"into {out}" + (" (the plan below counts them as still to run)" if args.dry_run and restored else ""))
+    print(f"attnbench reproduce: planning {', '.join(stages)} (Hydra composes each job's config: a few "
+          "seconds per 10 jobs)...", flush=True)
     jobs = plan(stages, out, args.grid, args.extra)
     twins: list[Job] = []
     if not args.no_baseline_twins:
@@ -998,7 +1008,7 @@ def main(argv: list[str] | None = None) -> int:
               f"again here, so that the runs of those seeds on this machine have a {BASELINE} run to pair with "
               "(--no-baseline-twins: not): "
               + ", ".join(f"{t.stage}/{t.name}" for t in twins[:4]) + (" ..." if len(twins) > 4 else ""))
-    print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only)
+    print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}

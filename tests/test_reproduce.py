@@ -64,6 +64,22 @@ def test_jobs_share_a_time_estimate_exactly_when_they_differ_only_in_seed(plans,
         assert (a.estimate_key == b.estimate_key) == same_setting, (a.overrides, b.overrides)
 
 
+def test_a_plan_without_any_estimate_says_its_duration_is_unknown_not_zero(tmp_path, capsys):
+    """--device gpu before any GPU run was measured: no docs/results/reproduce_seconds_gpu.json, no finished job.
+    The plan printed 'expected duration: 0 min 00 s plus 196 job(s) without an estimate', a zero that reads as a
+    figure; it says the duration is unknown and why. One known job among unknown ones still gives a figure."""
+    jobs = [reproduce.Job("compare", {"attention": a, "seed": "0"}, tmp_path / "compare" / f"{a}-s0")
+            for a in ("dot", "additive")]
+    assert reproduce.print_plan(jobs, {}, ["compare"], tmp_path, device="gpu") == 0.0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-1] == "unknown" and "0 min" not in out[1]
+    assert out[-1].startswith("expected duration: unknown: none of the 2 job(s) to run has an estimate")
+    assert "reproduce_seconds_gpu.json" in out[-1]
+    assert reproduce.print_plan(jobs, {jobs[0].estimate_key: 60.0}, ["compare"], tmp_path) == 60.0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("expected duration: 1 min 00 s plus 1 job(s) without an estimate")
+
+
 def test_the_expected_duration_divides_the_training_jobs_by_jobs_at_once_but_not_the_benchmarks(tmp_path, capsys):
     """--jobs N: the training stages' estimates (hand values here) are divided by N; the cost benchmarks, which
     run alone afterwards, are not; a finished job counts nothing."""

@@ -23,7 +23,9 @@ Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid 
 A job whose ``metrics.json`` exists is done and skipped; one with a checkpoint (``checkpoints/last.ckpt``, or
 the ``interrupted.ckpt`` an interrupted job writes) resumes exactly from the newest (``ckpt_path=last``,
 mid-epoch included; see docs/sweeps.md: Resume); any other leftover dir (a job that failed before its first
-checkpoint) is started again. Interrupt it (Ctrl-C) at any time and run
+checkpoint) is started again. Before the first job the data of every job still to run is checked
+(:func:`data_problems`): a dataset that cannot be loaded stops the command with one message. Interrupt it
+(Ctrl-C) at any time and run
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
 At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
@@ -89,6 +91,8 @@ class Job:
     overrides: dict[str, str]
     run_dir: Path
     extra: list[str] = field(default_factory=list)
+    #: the job's composed ``data`` config (plain containers), for the plan's check that its data can be loaded
+    data: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -157,12 +161,13 @@ def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[
     return [dict(combo) for combo in itertools.product(*axes)]
 
 
-def run_name(stage: str, overrides: dict[str, str], extra: list[str]) -> str:
-    """The job's ``run_name`` as the experiment defines it (composed with the job's overrides)."""
+def compose_job(stage: str, overrides: dict[str, str], extra: list[str]) -> tuple[str, dict]:
+    """The job's ``run_name`` as the experiment defines it and its ``data`` config, composed with its overrides."""
     from hydra import compose
+    from omegaconf import OmegaConf
 
     cfg = compose("train", overrides=[f"experiment={stage}", *[f"{k}={v}" for k, v in overrides.items()], *extra])
-    return str(cfg.run_name)
+    return str(cfg.run_name), OmegaConf.to_container(cfg.data, resolve=True)
 
 
 def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> list[Job]:
@@ -186,7 +191,8 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
                 continue
             try:
                 for overrides in stage_grid(stage, grid, extra):
-                    jobs.append(Job(stage, overrides, out / stage / run_name(stage, overrides, extra), list(extra)))
+                    name, data = compose_job(stage, overrides, extra)
+                    jobs.append(Job(stage, overrides, out / stage / name, list(extra), data))
             except CompactHydraException as err:
                 hydras = str(err).split("Config search path")[0]  # the options it lists, not where it looked
                 message = hydra_error_message(err) or type_error_message(err) or " ".join(
@@ -200,6 +206,40 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
         raise SystemExit(f"two jobs share a run dir ({', '.join(dup)}): the experiment's run_name must name "
                          "every swept key")
     return jobs
+
+
+def data_problems(jobs: list[Job]) -> list[str]:
+    """Whether the data of every job still to run can be loaded, checked once per distinct ``data`` config before
+    any job starts (:func:`attnbench.data.sources.preflight`: its files, else one probe of the Hugging Face Hub,
+    else the packaged copy; no row is read). A full reproduction runs hours of SST-2 and TREC jobs before its
+    first IMDB job, which, with no local mirror and no Hub, failed only then. Returns one message per dataset
+    that cannot be loaded (naming how many jobs of which stages need it, and what to change), and prints where
+    each of the others comes from."""
+    from attnbench.data.sources import preflight
+    from attnbench.errors import AttnbenchError
+
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job.status() != "done" and job.data:
+            groups.setdefault(json.dumps(job.data, sort_keys=True, default=str), []).append(job)
+    # one line per outcome: configs that differ only in, say, max_length share their source and its message
+    outcomes: dict[tuple[bool, str], list[Job]] = {}
+    for key, members in groups.items():
+        data = json.loads(key)
+        try:
+            source = preflight(data)
+            outcome = (True, f"{data.get('name')} from {source.kind}: {source.where}")
+        except AttnbenchError as err:
+            outcome = (False, str(err))
+        outcomes.setdefault(outcome, []).extend(members)
+    problems = []
+    for (ok, text), members in outcomes.items():
+        who = f"{len(members)} job(s) of {', '.join(sorted({j.stage for j in members}))}"
+        if ok:
+            print(f"data: {text} ({who})")
+        else:
+            problems.append(f"{who} cannot load their data: {text}")
+    return problems
 
 
 def host_tag(host: str) -> str:
@@ -248,7 +288,7 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
             if any(host != here for host in rate_hosts(base)):
                 seen.add(base.run_dir)
                 twin = Job(base.stage, dict(base.overrides), base.run_dir.with_name(f"{base.name}-on-{host_tag(here)}"),
-                           list(base.extra))
+                           list(base.extra), base.data)
                 if twin.status() != "done":
                     planned.append(twin)
                     twins.append(twin)
@@ -1009,6 +1049,12 @@ def main(argv: list[str] | None = None) -> int:
               "(--no-baseline-twins: not): "
               + ", ".join(f"{t.stage}/{t.name}" for t in twins[:4]) + (" ..." if len(twins) > 4 else ""))
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
+    problems = [] if args.report_only or args.write_estimates else data_problems(jobs)
+    for problem in problems:
+        print(f"data: {problem}", flush=True)
+    if problems and not args.dry_run:
+        raise SystemExit("Stopped before any job ran: make the data above loadable (docs/data.md: a local mirror "
+                         "in ATTNBENCH_DATA_DIR, or the Hub), or leave its jobs out (--stages, --grid data=...).")
     if args.write_estimates:
         path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}

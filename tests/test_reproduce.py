@@ -910,3 +910,25 @@ def test_report_only_on_the_cost_stage_says_it_has_no_report_to_write(tmp_path, 
     assert f"cost: no report to write; its results are the benchmark files in {tmp_path / 'cost'}" in out
     assert "(--publish copies them into docs/results/)" in out
     assert [p.name for p in tmp_path.iterdir()] == [".reproduce.lock"]  # the lock of the results dir only
+
+
+def test_the_plan_stops_before_any_job_when_a_datasets_data_cannot_be_loaded(tmp_path, monkeypatch, capsys):
+    """Without a local mirror and without the Hub, IMDB cannot be loaded: a full reproduction ran hours of SST-2
+    and TREC jobs first and then failed each IMDB job. The plan checks every dataset of the jobs still to run once
+    (attnbench.data.sources.preflight) and stops before any job with one message per dataset that names its jobs
+    and the fix; the packaged SST-2 and TREC are said to come from the package. --dry-run only reports it."""
+    monkeypatch.delenv("ATTNBENCH_DATA_DIR", raising=False)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: the Hub probe fails at once
+    out = tmp_path / "results"
+    argv = ["--out", str(out), "--stages", "compare", "--grid", "seed=0", "--grid", "attention=dot",
+            "--no-baseline-twins"]
+    assert reproduce.main([*argv, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "data: sst2 from package: package:sst2 (1 job(s) of compare)" in printed
+    assert "data: 1 job(s) of compare cannot load their data: Cannot load dataset 'imdb'" in printed
+    assert "ATTNBENCH_DATA_DIR" in printed.split("cannot load their data")[1]
+    with pytest.raises(SystemExit, match="Stopped before any job ran: make the data above loadable"):
+        reproduce.main(argv)
+    assert not (out / "compare").exists()  # no job started, not even SST-2's

@@ -120,3 +120,50 @@ def test_float16_weights_are_refused_at_config_time():
     for ok in ("16-mixed", "bf16-mixed", "bf16-true", "32-true"):
         cfg.trainer.precision = ok
         check_run_config(cfg)
+
+
+def test_float16_mixed_precision_with_a_fused_adamw_and_clipping_is_refused_at_config_time():
+    """16-mixed scales the loss and a fused AdamW unscales inside its step: Lightning cannot clip the gradients
+    before it and fails at the first step. One message at config time names the three ways out."""
+    cfg = OmegaConf.create({"seed": 0, "data": {"name": "toy", "max_length": 8, "batch_size": 2, "eval_batch_size": 2},
+                            "trainer": {"precision": "16-mixed", "gradient_clip_val": 1.0}, "logger": {},
+                            "optim": {"impl": "fused"}})
+    with pytest.raises(ConfigError, match=r"trainer\.precision=16-mixed .*optim\.impl=foreach, "
+                                          r"trainer\.precision=bf16-mixed .*trainer\.gradient_clip_val=0"):
+        check_run_config(cfg)
+    for precision, impl, clip in (("16-mixed", "foreach", 1.0), ("16-mixed", "fused", 0.0),
+                                  ("bf16-mixed", "fused", 1.0), ("32-true", "fused", 1.0)):
+        cfg.trainer.precision, cfg.optim.impl, cfg.trainer.gradient_clip_val = precision, impl, clip
+        check_run_config(cfg)
+
+
+def _clip_with(module: TextClassifierModule, plugin, clip: float = 1.0) -> tuple[float, float]:
+    """The gradients' total norm before and after ``module.configure_gradient_clipping`` under ``plugin``, with the
+    module's own optimizer (``optim.impl=fused``, the default) and large hand-set gradients."""
+    optimizer, _ = _optimizer_and_schedule(module)
+    assert optimizer.defaults["fused"]  # the default implementation, the one Lightning's bf16 plugin refused
+    generator = torch.Generator().manual_seed(0)
+    for param in module.parameters():
+        param.grad = torch.randn(param.shape, generator=generator) * 10
+    before = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in module.parameters()])).item()
+    module._trainer = SimpleNamespace(precision_plugin=plugin, gradient_clip_val=clip, gradient_clip_algorithm=None)
+    module.configure_gradient_clipping(optimizer, clip, None)
+    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in module.parameters()])).item()
+    return before, after
+
+
+def test_bf16_mixed_precision_clips_a_fused_adamws_gradients_by_norm():
+    """trainer=gpu (bf16-mixed) with the default fused AdamW and gradient_clip_val=1.0: Lightning 2.6's
+    mixed-precision plugin raised 'does not allow for gradient clipping' at the first step of every GPU run
+    (found rehearsing scripts/gpu_check.py on a CPU). bf16 has no grad scaler, so the gradients are clipped as
+    in float32: to total norm 1. Under 16-mixed (a scaler) Lightning's refusal stands; under 32-true nothing
+    changes."""
+    from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+
+    before, after = _clip_with(_module("scaled_dot"), MixedPrecision("bf16-mixed", device="cpu"))
+    assert before > 10 and after == pytest.approx(1.0, rel=1e-5)
+    before, after = _clip_with(_module("scaled_dot"), Precision())
+    assert before > 10 and after == pytest.approx(1.0, rel=1e-5)
+    scaled = MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))
+    with pytest.raises(RuntimeError, match="does not allow for gradient clipping"):
+        _clip_with(_module("scaled_dot"), scaled)

@@ -155,3 +155,16 @@ def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
     assert f"and {len(available())} run(s)' log holds one validated epoch only" in markdown
     assert "resume/exact" not in published and (pd.read_csv(tmp_path / "report.csv")["n_inexact_resume"] == 0).all()
     assert (tmp_path / "pareto.png").is_file()
+
+
+def test_the_main_job_trains_in_bf16_mixed_precision(tmp_path, data_dir):
+    """trainer.precision=bf16-mixed, as trainer=gpu and scripts/gpu_check.py's main_bf16 part set it, with the
+    default fused AdamW and gradient clipping: it failed at the first step ('AdamW does not allow for gradient
+    clipping'), on a CPU as on a GPU. A few steps on a CPU now train, validate and test."""
+    out = tmp_path / "run"
+    run_train(["model=tiny", "trainer.precision=bf16-mixed", "trainer.max_steps=20", "data.max_train_samples=640",
+               "data.max_eval_samples=64", "trainer.enable_progress_bar=false", "logger=csv",
+               f"hydra.run.dir={out}"],
+              {"ATTNBENCH_DATA_DIR": str(data_dir), "ATTNBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train/steps_done"] == 20 and 0.0 <= metrics["test/acc"] <= 1.0

@@ -287,15 +287,18 @@ def check_run_config(cfg: DictConfig) -> None:
         raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
                           "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
     check_optim(cfg.get("optim") or {})
-    check_precision((cfg.get("trainer") or {}).get("precision"))
+    trainer = cfg.get("trainer") or {}
+    check_precision(trainer.get("precision"), (cfg.get("optim") or {}).get("impl"), trainer.get("gradient_clip_val"))
     if cfg.get("data") is not None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
 
 
-def check_precision(precision: Any) -> None:
-    """Refuse ``trainer.precision`` values whose weights are float16 (AdamW cannot train them).
+def check_precision(precision: Any, impl: Any = None, gradient_clip_val: Any = None) -> None:
+    """Refuse ``trainer.precision`` values whose weights are float16 (AdamW cannot train them), and float16 mixed
+    precision with a fused AdamW and gradient clipping (its grad scaler scales the gradients, and the fused step
+    unscales them inside, so they cannot be clipped: Lightning fails at the first step).
 
     Raises:
         ConfigError: naming ``trainer.precision`` and the settings that work.
@@ -305,6 +308,12 @@ def check_precision(precision: Any) -> None:
             f"trainer.precision={precision} keeps the weights and AdamW's moments in float16, where AdamW's eps "
             f"(optim.eps) rounds to 0 and small gradients' second moments underflow: the first update is NaN. "
             "Use trainer.precision=16-mixed (float16 compute, float32 weights), bf16-mixed or bf16-true."
+        )
+    if str(precision) in ("16-mixed", "16") and impl == "fused" and gradient_clip_val:
+        raise ConfigError(
+            f"trainer.precision={precision} scales the loss, and optim.impl=fused unscales the gradients inside its "
+            f"step, so they cannot be clipped first (trainer.gradient_clip_val={gradient_clip_val}). Use "
+            "optim.impl=foreach, trainer.precision=bf16-mixed (no scaling), or trainer.gradient_clip_val=0."
         )
 
 

@@ -206,6 +206,26 @@ class TextClassifierModule(pl.LightningModule):
         self.log("test/loss", self.test_loss.compute())
         self.test_loss.reset()
 
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Lightning's gradient clipping (``trainer.gradient_clip_val``), except under a mixed precision without a
+        grad scaler (``trainer.precision=bf16-mixed``). There Lightning 2.6's mixed-precision plugin refuses to clip
+        for an optimizer that unscales inside its step, the default ``optim.impl=fused``, although no scaler scaled
+        the gradients and clipping them is exact: every ``trainer=gpu`` run failed at its first step
+        (Lightning-AI/pytorch-lightning#21435, lifted upstream by #21436). Those gradients are clipped by the plain
+        precision rule (``Precision.clip_gradients``: by norm or by value). ``16-mixed`` scales the loss, so its
+        fused step cannot be clipped: :func:`attnbench.config.check_precision` refuses that setting first."""
+        from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+        from pytorch_lightning.utilities import GradClipAlgorithmType
+
+        plugin = self.trainer.precision_plugin
+        if isinstance(plugin, MixedPrecision) and plugin.scaler is None and gradient_clip_val:
+            algorithm = gradient_clip_algorithm or self.trainer.gradient_clip_algorithm or "norm"
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, GradClipAlgorithmType(algorithm))
+            return
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
+
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimizer of ``optimizer`` (AdamW with the weight-decay rule of :mod:`attnbench.models.optim`) and
         the schedule of ``scheduler``, stepped every optimizer step over the run's estimated steps."""

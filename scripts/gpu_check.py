@@ -50,6 +50,20 @@ COMMAND_LIMIT_S = 600
 BUDGET_S = 540
 NEEDED_MODULES = ("torch", "pytorch_lightning", "hydra", "omegaconf", "datasets", "tokenizers", "torchmetrics",
                   "rich", "matplotlib", "pandas", "scipy", "wandb")
+#: the distributions attnbench needs that the GPU machines' image lacks, dependencies included: the closure of
+#: attnbench's requirements (Python 3.12, Linux x86-64) less the packages the image holds (the device tool's
+#: KINDS.md, 2026-11-17). ``--fetch-wheels`` downloads each at the version installed here, so the GPU runs what the
+#: tests ran; recompute the list when the image or a requirement changes.
+GPU_WHEELS = ("annotated-types", "antlr4-python3-runtime", "cwevals", "datasets", "dill", "distro",
+              "googleapis-common-protos", "hydra-core", "multiprocess", "omegaconf", "opentelemetry-api",
+              "opentelemetry-exporter-http-transport", "opentelemetry-exporter-otlp-common",
+              "opentelemetry-exporter-otlp-proto-common", "opentelemetry-exporter-otlp-proto-http",
+              "opentelemetry-proto", "opentelemetry-sdk", "opentelemetry-semantic-conventions", "platformdirs",
+              "pydantic", "pydantic-core", "sniffio", "typing-inspection", "wandb")
+#: the GPU machines' Python and platform, for which the wheels are fetched
+WHEEL_TARGET = ["--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux_2_28_x86_64",
+                "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                "--platform", "manylinux_2_5_x86_64", "--platform", "manylinux1_x86_64"]
 
 
 @dataclasses.dataclass
@@ -64,7 +78,7 @@ class Part:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--out", type=Path, default=None,
                         help="where the result files go (default: $OUT, else outputs/gpu_check/<time>)")
@@ -80,6 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=int, default=BUDGET_S,
                         help="wall-time budget of the whole check: a part's timeout is cut to what is left of it")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (commands, timeouts) and exit")
+    parser.add_argument("--fetch-wheels", action="store_true",
+                        help="on a machine with a package index: download the wheels the GPU machine lacks "
+                             "(GPU_WHEELS, at the versions installed here, for CPython 3.12 on Linux x86-64) into "
+                             "--wheels (default .whl), then exit")
     args = parser.parse_args(argv)
     args.parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(args.parts) - {"main_bf16", "bench", "compare"})
@@ -97,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.out is None:
         args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else \
             Path("outputs/gpu_check") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    if args.wheels is None and (REPO_ROOT / ".whl").is_dir():
+    if args.wheels is None and (args.fetch_wheels or (REPO_ROOT / ".whl").is_dir()):
         args.wheels = REPO_ROOT / ".whl"
     return args
 
@@ -148,6 +166,49 @@ def wheels_line(args: argparse.Namespace) -> str:
     if not found:
         return f"wheels: {args.wheels} holds no .whl file: the env part installs nothing"
     return f"wheels: {len(found)} in {args.wheels} (installed by the env part with pip --no-index)"
+
+
+def fetch_wheels(dest: Path, packages: tuple[str, ...] = GPU_WHEELS, python: str = sys.executable) -> list[Path]:
+    """Download one wheel per package of ``packages`` into ``dest``, at the version installed in this Python, for
+    the GPU machines' CPython 3.12 on Linux x86-64 (``pip download --no-deps --only-binary=:all:``). A package
+    the index has no wheel of (antlr4-python3-runtime 4.9.3, which hydra-core 1.3 pins, ships only an sdist) is
+    built into one here (``pip wheel --no-deps``), which must come out pure Python (``-none-any``). Returns the
+    wheels, one per package.
+
+    Raises:
+        SystemExit: a package not installed here (install attnbench first), or one that neither downloads nor
+            builds into a pure-Python wheel; one message naming it.
+    """
+    import importlib.metadata
+
+    dest.mkdir(parents=True, exist_ok=True)
+    wheels = []
+    for name in packages:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise SystemExit(f"--fetch-wheels: {name} is not installed here; install attnbench first "
+                             "(pip install -e .), so that its version is the one the tests ran with") from None
+        before = set(dest.glob("*.whl"))
+        pin = f"{name}=={version}"
+        got = subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                              *WHEEL_TARGET, "-d", str(dest), pin], capture_output=True, text=True, check=False)
+        how = "downloaded"
+        if got.returncode != 0:
+            how = "built here (the index has no wheel)"
+            got = subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest), pin],
+                                 capture_output=True, text=True, check=False)
+        new = sorted(set(dest.glob("*.whl")) - before) or sorted(
+            p for p in dest.glob("*.whl") if p.name.lower().replace("_", "-").startswith(f"{name}-{version}-"))
+        if got.returncode != 0 or not new:
+            raise SystemExit(f"--fetch-wheels: no wheel of {pin} for CPython 3.12 on Linux x86-64: "
+                             f"{(got.stderr or got.stdout).strip().splitlines()[-1:] or ['pip said nothing']}")
+        if how.startswith("built") and not new[0].name.endswith("-none-any.whl"):
+            raise SystemExit(f"--fetch-wheels: {new[0].name} was built for this machine, not the GPU's: {pin} "
+                             "has no wheel for CPython 3.12 on Linux x86-64")
+        print(f"  {new[0].name}: {how}", flush=True)
+        wheels.append(new[0])
+    return wheels
 
 
 def environment(args: argparse.Namespace) -> dict[str, str]:
@@ -209,6 +270,13 @@ def collect(args: argparse.Namespace, record: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.fetch_wheels:
+        print(f"fetching {len(GPU_WHEELS)} wheels into {args.wheels} for CPython 3.12 on Linux x86-64", flush=True)
+        wheels = fetch_wheels(args.wheels)
+        mib = sum(p.stat().st_size for p in wheels) / 2**20
+        print(f"{len(wheels)} wheels, {mib:.1f} MiB in {args.wheels}: pass it to the GPU machine with the device "
+              f"tool's carry ({args.wheels.name}), and the env part installs them", flush=True)
+        return 0
     parts = plan(args)
     expected = sum(p.expected_s for p in parts)
     worst = min(sum(p.timeout_s for p in parts), args.budget_s)

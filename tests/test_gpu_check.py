@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -92,3 +93,58 @@ def test_the_training_parts_compose_and_pass_the_config_checks():
         check_run_config(cfg)
         assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.trainer.max_steps == 200 and cfg.seed == 0
+
+
+def test_fetch_wheels_downloads_each_at_the_installed_version_and_builds_what_has_no_wheel(tmp_path, monkeypatch):
+    """--fetch-wheels: one `pip download --no-deps --only-binary=:all:` per package, pinned to the version installed
+    here, for CPython 3.12 on Linux x86-64; antlr4-python3-runtime 4.9.3 (hydra-core 1.3's pin) has only an sdist
+    on the index, so the documented `pip download --only-binary` recipe failed on it: it is built here with `pip
+    wheel`, and refused unless the wheel is pure Python. pip itself is a stand-in that writes the files."""
+    import importlib.metadata
+
+    calls = []
+
+    def fake_pip(cmd, **kwargs):
+        calls.append(cmd)
+        pin = cmd[-1]
+        name, version = pin.split("==")
+        dist = name.replace("-", "_")
+        if cmd[3] == "download" and name == "antlr4-python3-runtime":
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+        tag = "cp312-cp312-manylinux_2_17_x86_64" if name == "pydantic-core" else "py3-none-any"
+        (Path(cmd[cmd.index("-d" if cmd[3] == "download" else "-w") + 1]) / f"{dist}-{version}-{tag}.whl").write_bytes(b"")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_pip)
+    wheels = gpu_check.fetch_wheels(tmp_path / "whl", ("hydra-core", "antlr4-python3-runtime", "pydantic-core"))
+    assert [w.name.split("-")[0] for w in wheels] == ["hydra_core", "antlr4_python3_runtime", "pydantic_core"]
+    downloads = [c for c in calls if c[3] == "download"]
+    assert [c[-1] for c in downloads] == [f"{n}=={importlib.metadata.version(n)}"
+                                          for n in ("hydra-core", "antlr4-python3-runtime", "pydantic-core")]
+    assert all("--no-deps" in c and "--only-binary=:all:" in c and c[c.index("--python-version") + 1] == "3.12"
+               for c in downloads)
+    (built,) = [c for c in calls if c[3] == "wheel"]
+    assert built[-1].startswith("antlr4-python3-runtime==") and "--no-deps" in built
+
+    def platform_only(cmd, **kwargs):  # the index has no wheel, and the one built here is not pure Python
+        if cmd[3] == "wheel":
+            (Path(cmd[cmd.index("-w") + 1]) / "antlr4_python3_runtime-4.9.3-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", platform_only)
+    with pytest.raises(SystemExit, match="built for this machine, not the GPU's"):
+        gpu_check.fetch_wheels(tmp_path / "other", ("antlr4-python3-runtime",))
+    with pytest.raises(SystemExit, match="no-such-package is not installed here"):
+        gpu_check.fetch_wheels(tmp_path / "other", ("no-such-package",))
+
+
+def test_the_wheel_list_covers_every_package_the_gpu_image_lacks():
+    """GPU_WHEELS holds the distributions of the modules the env part finds missing on the GPU image (hydra,
+    omegaconf and its antlr4, datasets, wandb) and each is installed here, so --fetch-wheels can pin it."""
+    import importlib.metadata
+
+    for name in ("hydra-core", "omegaconf", "antlr4-python3-runtime", "datasets", "wandb"):
+        assert name in gpu_check.GPU_WHEELS
+    for name in gpu_check.GPU_WHEELS:
+        assert importlib.metadata.version(name)

@@ -796,6 +796,7 @@ def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -
     label = style.pop("label", None)
     line = style.pop("line", False)
     marker = style.pop("marker", "o")
+    linestyle = style.pop("linestyle", "-")  # the line's (line=True); the markers stand alone
     if has_ci.any():
         bars = ax.errorbar(x[has_ci], group.loc[has_ci, "acc_mean"], yerr=group.loc[has_ci, "acc_ci"], fmt=marker,
                            capsize=3, label=label, **style)
@@ -805,22 +806,40 @@ def _accuracy_points(ax: Any, x: pd.Series, group: pd.DataFrame, **style: Any) -
         (points,) = ax.plot(x[~has_ci], group.loc[~has_ci, "acc_mean"], marker, mfc="none", label=label, **style)
         style["color"] = points.get_color()
     if line:  # drawn last, in the markers' colour (drawn first, it took the next colour of the cycle for itself)
-        ax.plot(x, group["acc_mean"], "-", color=style["color"], alpha=0.6)
+        ax.plot(x, group["acc_mean"], linestyle=linestyle, color=style["color"], alpha=0.6)
 
 
-def _multiple_axis(ax: Any, values: pd.Series) -> None:
-    """A rate-multiple x axis: logarithmic where the multiples span more than 3x (additive's 0.05x beside 1x
-    squeezed every other score function into one corner of a linear axis), ticks as plain numbers (0.1, 0.2,
-    0.5, 1), and a dotted line at 1 (the baseline)."""
+def _spans(values: pd.Series, factor: float = 3.0) -> bool:
+    """Whether the positive, finite ``values`` span more than ``factor`` (max / min)."""
+    values = values[(values > 0) & (values < float("inf"))]
+    return bool(len(values)) and values.max() / values.min() > factor
+
+
+def _multiple_axis(ax: Any, log: bool) -> None:
+    """A rate-multiple x axis: logarithmic when ``log`` (the figure's multiples span more than 3x: additive's
+    0.05x beside 1x squeezed every other score function into one corner of a linear axis; one choice for every
+    panel of a figure, so that equal multiples sit alike), ticks as plain numbers (0.1, 0.2, 0.5, 1), and a
+    dotted line at 1 (the baseline)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    values = values[values > 0]
-    if len(values) and values.max() / values.min() > 3:
+    if log:
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.axvline(1.0, color="grey", lw=0.8, ls=":", zorder=0)
+
+
+def _numeric_first(key: Any) -> tuple:
+    """A sort key for a setting's values: numbers by value (as numbers), before text (alphabetically)."""
+    values = key if isinstance(key, tuple) else (key,)
+    out = []
+    for value in values:
+        try:
+            out.append((0, float(value), ""))
+        except (TypeError, ValueError):
+            out.append((1, 0.0, str(value)))
+    return tuple(out)
 
 
 def _title(setting: str, fixed: dict[str, str], width: int = 70) -> str:
@@ -848,12 +867,14 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     acc_label = "test accuracy (mean, 95% CI)" + ("; hollow: 1 seed, no interval" if one_seed else "")
     setting_keys = [k for k in variant_keys if k != "attention"]
     settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
+    settings.sort(key=lambda item: _numeric_first(item[0]))  # d_k 16, 32, ..., 256, not 128, 16, 256, ...
     # the paired multiple of the baseline's rate where the report has one (summarise): rates of runs made at
     # different times are not comparable, pairs of one seed are
     paired = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
     rate, rate_label = (("train_tok_s_ratio", f"training tokens/s ÷ {baseline}'s (same seed; median over seeds)")
                         if paired else ("train_tok_s", "training tokens/s"))
-    styles = _score_styles(table["attention"].dropna()) if "attention" in table else {}
+    styles = _score_styles(table["attention"].astype(str)) if "attention" in table else {}
+    log_x = paired and _spans(table["train_tok_s_ratio"].dropna())
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
         fig = Figure(figsize=(5.0 * len(settings), 4.4), layout="constrained")
         axes = fig.subplots(1, len(settings), squeeze=False)
@@ -865,7 +886,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 name = str(row["attention"].iloc[0])
                 _accuracy_points(ax, row[rate], row, label=name, **styles[name])
             if paired:
-                _multiple_axis(ax, group[rate])
+                _multiple_axis(ax, log_x)
             key = key if isinstance(key, tuple) else (key,)
             ax.set_title(", ".join(f"{k}={v}" for k, v in zip(setting_keys, key)).replace("$", r"\$"), fontsize=9)
             ax.set_xlabel(rate_label, fontsize=8 if paired else None)
@@ -874,7 +895,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             legend.update((lab, h) for h, lab in zip(handles, labels) if lab not in legend)
         if legend:  # a setting whose runs have no rate draws nothing, and no empty legend
             fig.legend(list(legend.values()), list(legend.keys()), loc="outside lower center",
-                       ncols=min(len(legend), 8), fontsize=8, frameon=False)
+                       ncols=min(len(legend), 4 * len(settings)), fontsize=8, frameon=False)  # 4 to a 5-inch panel
         fig.suptitle(_title("", fixed, width=int(16 * 5.0 * len(settings))), fontsize=8)
         out["pareto.png"] = fig
     for key, name, panels in (
@@ -889,6 +910,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         # one line per score function per setting of the other swept keys (a line never joins two datasets)
         line_keys = ["attention"] + [k for k in variant_keys if k not in ("attention", key) and k in table]
         lines = list(table.groupby(line_keys, sort=False, dropna=False))  # tuple keys (a list groupby)
+        others = list(dict.fromkeys(tuple(key[1:]) for key, _ in lines))
         for ax, (column, label) in zip(axes[0], panels):
             for i, (line_key, group) in enumerate(lines):
                 line_label = ", ".join([str(line_key[0])]
@@ -896,9 +918,11 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
                 # the score function's colour and marker of every figure, where it has one line (a line per
                 # dataset too takes the colour cycle: two lines of one colour would not tell the datasets apart)
-                style = dict(styles[str(line_key[0])]) if len(line_keys) == 1 else {}
+                style = dict(styles[str(line_key[0])])
+                if len(line_keys) > 1:  # the other settings by line style: (colour, marker) stays the score function's
+                    style["linestyle"] = ("-", "--", ":", "-.")[others.index(tuple(line_key[1:])) % 4]
                 if column == "acc_mean":  # each line's points a little aside, so that the interval bars don't overlap
-                    dodge = 2.0 ** ((i - (len(lines) - 1) / 2) * 0.04)
+                    dodge = 2.0 ** ((i - (len(lines) - 1) / 2) * min(0.04, 0.3 / len(lines)))  # within ±11%
                     _accuracy_points(ax, group["_x"] * dodge, group, label=line_label, line=True, **style)
                 else:
                     ax.plot(group["_x"], group[column], label=line_label, **({"marker": "o"} | style))

@@ -192,8 +192,11 @@ def test_paired_delta_stays_within_each_setting(tmp_path):
     markers = {(tuple(c.lines[0].get_ydata()), to_hex(c.lines[0].get_color()))
                for c in acc_ax.containers if isinstance(c, ErrorbarContainer)}
     lines = {(tuple(line.get_ydata()), to_hex(line.get_color())) for line in acc_ax.get_lines()
-             if line.get_linestyle() == "-" and line.get_alpha() == 0.6}
+             if line.get_alpha() == 0.6}
     assert len(lines) == 4 and lines == markers
+    # colour and marker are the score function's; the dataset is the line style (solid sst2, dashed trec)
+    styles = {(to_hex(line.get_color()), line.get_linestyle()) for line in acc_ax.get_lines() if line.get_alpha() == 0.6}
+    assert len({colour for colour, _ in styles}) == 2 and {style for _, style in styles} == {"-", "--"}
 
 
 def test_list_of_run_dirs_and_a_folder_of_sweeps(runs_folder, tmp_path):

@@ -167,7 +167,11 @@ def compose_job(stage: str, overrides: dict[str, str], extra: list[str]) -> tupl
     from omegaconf import OmegaConf
 
     cfg = compose("train", overrides=[f"experiment={stage}", *[f"{k}={v}" for k, v in overrides.items()], *extra])
-    return str(cfg.run_name), OmegaConf.to_container(cfg.data, resolve=True)
+    try:
+        data = OmegaConf.to_container(cfg.data, resolve=True)
+    except Exception:  # noqa: BLE001 (an interpolation only a running job resolves, e.g. ${hydra:runtime...})
+        data = {}  # not checked by the plan: the job's own preflight checks it
+    return str(cfg.run_name), data
 
 
 def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> list[Job]:
@@ -224,14 +228,23 @@ def data_problems(jobs: list[Job]) -> list[str]:
             groups.setdefault(json.dumps(job.data, sort_keys=True, default=str), []).append(job)
     # one line per outcome: configs that differ only in, say, max_length share their source and its message
     outcomes: dict[tuple[bool, str], list[Job]] = {}
-    for key, members in groups.items():
-        data = json.loads(key)
-        try:
-            source = preflight(data)
-            outcome = (True, f"{data.get('name')} from {source.kind}: {source.where}")
-        except AttnbenchError as err:
-            outcome = (False, str(err))
-        outcomes.setdefault(outcome, []).extend(members)
+    here = os.getcwd()
+    os.chdir(REPO_ROOT)  # where the jobs run: a relative data path is resolved from there, as in them
+    try:
+        for key, members in groups.items():
+            data = json.loads(key)
+            try:
+                source = preflight(data)
+                offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or \
+                    os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("", "0")
+                if source.kind == "hub" and offline:  # preflight leaves the local HF cache to load_dataset
+                    _check_hub_cache(data)
+                outcome = (True, f"{data.get('name')} from {source.kind}: {source.where}")
+            except AttnbenchError as err:
+                outcome = (False, str(err))
+            outcomes.setdefault(outcome, []).extend(members)
+    finally:
+        os.chdir(here)
     problems = []
     for (ok, text), members in outcomes.items():
         who = f"{len(members)} job(s) of {', '.join(sorted({j.stage for j in members}))}"
@@ -240,6 +253,27 @@ def data_problems(jobs: list[Job]) -> list[str]:
         else:
             problems.append(f"{who} cannot load their data: {text}")
     return problems
+
+
+def _check_hub_cache(data: dict) -> None:
+    """With ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` set, a Hub dataset loads only from the local Hugging Face
+    cache: ask ``datasets`` for its builder there (no row read, no network).
+
+    Raises:
+        DataUnavailableError: the cache does not hold it; naming the offline variable and the fixes.
+    """
+    from attnbench.data.errors import DataUnavailableError
+
+    try:
+        from datasets import load_dataset_builder
+
+        load_dataset_builder(data.get("hub_id"), data.get("hub_config"))
+    except Exception as err:  # noqa: BLE001 (datasets raises several kinds: each means 'not in the cache')
+        raise DataUnavailableError(
+            f"Cannot load dataset {data.get('name')!r}: HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set and the local "
+            f"Hugging Face cache does not hold {data.get('hub_id')} ({type(err).__name__}: {err}). Fix: point "
+            "ATTNBENCH_DATA_DIR at a local Parquet mirror, or unset the offline variable on a machine that "
+            "reaches the Hub.") from None
 
 
 def host_tag(host: str) -> str:
@@ -442,8 +476,9 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
         return 0.0
     if unknown and not total:
         print(f"expected duration: unknown: none of the {unknown} job(s) to run has an estimate (no finished job of "
-              f"the same settings in {out}, and docs/results/reproduce_seconds_{device}.json has none: no run on "
-              f"this device has been measured; after one, --write-estimates records its times)")
+              f"the same settings in {out}, and docs/results/reproduce_seconds_{device}.json has none for them: no "
+              f"run of these settings on this device has been measured; after one, --write-estimates records "
+              f"its times)")
         return 0.0
     print(f"expected duration: {fmt_duration(total)}" + (f" plus {unknown} job(s) without an estimate"
                                                           if unknown else "")
@@ -1007,6 +1042,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
+    for name in ("ATTNBENCH_DATA_DIR", "ATTNBENCH_CACHE_DIR"):  # relative to where the user is: the jobs (and the
+        value = os.environ.get(name)  # plan's data check) run from the repository's root
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            os.environ[name] = os.path.abspath(os.path.expanduser(value))
     if args.jobs < 1:
         parser.error(f"--jobs: at least 1, got {args.jobs}")
     if args.report_only and args.no_report:

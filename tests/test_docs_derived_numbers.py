@@ -464,6 +464,11 @@ def test_no_head_dim_difference_survives_a_correction_over_the_five_d_k():
         assert claim in " ".join((REPO_ROOT / where).read_text().split()), (where, claim)
     text = section(REPO_ROOT / "docs" / "results.md", "### Does unscaled dot degrade at large d_k?")
     assert claim in text and f"p = {general[128]:.3f}" in text
+    # "The family decides it: at d_k = 128 alone, a correction over its four score functions would keep dot's and
+    # general's"
+    at_128 = {a: head_dim_p(a)[128] for a in ("dot", "general", "additive", "cosine")}
+    assert sorted(holm(at_128)) == ["dot", "general"]
+    assert f"would keep `dot`'s (p = {dot[128]:.3f}) and `general`'s" in text
 
 
 def compare_claims() -> dict[str, list[str]]:

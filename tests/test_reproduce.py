@@ -385,6 +385,7 @@ def finished_runs(tmp_path_factory, data_dir, cache_dir):
 
 
 _PARETO_FIGURE = "![accuracy vs training tokens/s](results/cpu/compare_pareto.png)\n"
+_README_PARETO_FIGURE = "![Test accuracy against training tokens/s per score function](docs/results/cpu/compare_pareto.png)\n"
 
 
 def _fake_repo(tmp_path, figure: bool = False, progress: bool = True):
@@ -398,10 +399,11 @@ def _fake_repo(tmp_path, figure: bool = False, progress: bool = True):
     for md in REPO_ROOT.glob("*.md"):
         shutil.copyfile(md, repo / md.name)
     shutil.copytree(REPO_ROOT / "docs", repo / "docs")
-    results = repo / "docs" / "results.md"
-    assert _PARETO_FIGURE in results.read_text()
-    if not figure:
+    results, readme = repo / "docs" / "results.md", repo / "README.md"
+    assert _PARETO_FIGURE in results.read_text() and _README_PARETO_FIGURE in readme.read_text()
+    if not figure:  # neither page shows it (the README's answer shows it too)
         results.write_text(results.read_text().replace(_PARETO_FIGURE, ""))
+        readme.write_text(readme.read_text().replace(_README_PARETO_FIGURE, ""))
     if not progress:
         shutil.rmtree(repo / "docs" / "results" / "cpu" / "progress", ignore_errors=True)
         for md in [*repo.glob("*.md"), *(repo / "docs").rglob("*.md")]:
@@ -555,11 +557,12 @@ def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, m
     pub = repo / "docs" / "results" / "cpu"
     assert sorted(p.name for p in pub.glob("compare_*.png")) == ["compare_pareto.png"]
     assert (pub / "compare_pareto.png").read_bytes() == b"drawn by this report"
-    # the report no longer draws pareto.png (an earlier one, left from before): docs/results.md shows it
+    # the report no longer draws pareto.png (an earlier one, left from before): the README and docs/results.md
+    # show it, and the first page that does is named
     os.utime(out / "compare" / "report" / "pareto.png", (time.time() - 3600, time.time() - 3600))
     before = _snapshot(repo)
-    with pytest.raises(reproduce.PublishError, match=r"nothing published: docs/results.md shows "
-                                                      r"results/cpu/compare_pareto.png, which this report did not"):
+    with pytest.raises(reproduce.PublishError, match=r"nothing published: README.md shows "
+                                                      r"docs/results/cpu/compare_pareto.png, which this report did not"):
         reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
     assert _snapshot(repo) == before
 
@@ -932,3 +935,32 @@ def test_the_plan_stops_before_any_job_when_a_datasets_data_cannot_be_loaded(tmp
     with pytest.raises(SystemExit, match="Stopped before any job ran: make the data above loadable"):
         reproduce.main(argv)
     assert not (out / "compare").exists()  # no job started, not even SST-2's
+
+
+def test_the_data_check_sees_an_empty_offline_cache_relative_paths_and_job_time_interpolations(
+        tmp_path, monkeypatch, capsys, data_dir):
+    """Three ways the check disagreed with the jobs (breaker's review): with HF_HUB_OFFLINE=1 the Hub plan passed
+    although the local Hugging Face cache lacked IMDB (the jobs then failed); a relative ATTNBENCH_DATA_DIR was
+    resolved from the caller's directory by the check and from the repository's root by the jobs; a `--set` that
+    only a running job resolves (${hydra:runtime.output_dir}) crashed the plan with a traceback."""
+    argv = ["--out", str(tmp_path / "results"), "--stages", "compare", "--grid", "seed=0", "--grid",
+            "attention=dot", "--grid", "data=imdb", "--no-baseline-twins"]
+    monkeypatch.delenv("ATTNBENCH_DATA_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # and, were the offline flag not read, no Hub either
+    with pytest.raises(SystemExit, match="Stopped before any job ran"):
+        reproduce.main(argv)
+    assert ("HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set and the local Hugging Face cache does not hold "
+            "stanfordnlp/imdb") in capsys.readouterr().out
+    assert not (tmp_path / "results" / "compare").exists()
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    (tmp_path / "mirror").symlink_to(data_dir)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNBENCH_DATA_DIR", "mirror")  # relative to here, where the user is
+    assert reproduce.main([*argv, "--dry-run"]) == 0
+    assert f"data: imdb from local: {(tmp_path / 'mirror').resolve() / 'imdb'}" in capsys.readouterr().out
+    assert __import__("os").environ["ATTNBENCH_DATA_DIR"] == str(tmp_path / "mirror")  # what the jobs get
+
+    assert reproduce.main([*argv, "--set", "data.cache_dir=${hydra:runtime.output_dir}/cache", "--dry-run"]) == 0
+    assert "data: imdb" not in capsys.readouterr().out  # not checked by the plan: the job's own preflight does

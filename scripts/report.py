@@ -820,13 +820,17 @@ def _multiple_axis(ax: Any, log: bool) -> None:
     0.05x beside 1x squeezed every other score function into one corner of a linear axis; one choice for every
     panel of a figure, so that equal multiples sit alike), ticks as plain numbers (0.1, 0.2, 0.5, 1), and a
     dotted line at 1 (the baseline)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     if log:
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        low, high = ax.get_xlim()
+        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if low <= t <= high]
+        if len(ticks) < 3:  # a narrow panel (0.55x to 1x) had one labelled tick
+            ticks = [t / 10 for t in range(1, 31) if low <= t / 10 <= high]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
     ax.axvline(1.0, color="grey", lw=0.8, ls=":", zorder=0)
 
 

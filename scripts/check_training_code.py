@@ -25,7 +25,7 @@ Writes ``--json`` (default ``docs/results/cpu/training_code_check.json``)
 whole or not at all: ``{"meta": {head, steps, torch, processor, seconds},
 "checks": [{commit, stage, overrides, changed_files, identical, ...}]}``.
 
-    taskset -c 1 python scripts/check_training_code.py --work /tmp/codecheck   # about 30 min on one core
+    taskset -c 1 python scripts/check_training_code.py --work /tmp/codecheck   # 30-40 min on one core
     python scripts/check_training_code.py --steps 20 --only compare
 
 Exit status 1 when any run differs, 2 on bad arguments.

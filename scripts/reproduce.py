@@ -228,6 +228,7 @@ def data_problems(jobs: list[Job]) -> list[str]:
             groups.setdefault(json.dumps(job.data, sort_keys=True, default=str), []).append(job)
     # one line per outcome: configs that differ only in, say, max_length share their source and its message
     outcomes: dict[tuple[bool, str], list[Job]] = {}
+    offline = any(os.environ.get(name, "0") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
     here = os.getcwd()
     os.chdir(REPO_ROOT)  # where the jobs run: a relative data path is resolved from there, as in them
     try:
@@ -235,8 +236,6 @@ def data_problems(jobs: list[Job]) -> list[str]:
             data = json.loads(key)
             try:
                 source = preflight(data)
-                offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or \
-                    os.environ.get("HF_DATASETS_OFFLINE", "0") not in ("", "0")
                 if source.kind == "hub" and offline:  # preflight leaves the local HF cache to load_dataset
                     _check_hub_cache(data)
                 outcome = (True, f"{data.get('name')} from {source.kind}: {source.where}")

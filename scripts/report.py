@@ -920,16 +920,14 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 line_label = ", ".join([str(line_key[0])]
                                        + [f"{k}={v}" for k, v in zip(line_keys[1:], line_key[1:])])
                 group = group.assign(_x=pd.to_numeric(group[key], errors="coerce")).sort_values("_x")
-                # the score function's colour and marker of every figure, where it has one line (a line per
-                # dataset too takes the colour cycle: two lines of one colour would not tell the datasets apart)
-                style = dict(styles[str(line_key[0])])
+                style = dict(styles[str(line_key[0])])  # the score function's colour and marker of every figure
                 if len(line_keys) > 1:  # the other settings by line style: (colour, marker) stays the score function's
                     style["linestyle"] = ("-", "--", ":", "-.")[others.index(tuple(line_key[1:])) % 4]
                 if column == "acc_mean":  # each line's points a little aside, so that the interval bars don't overlap
                     dodge = 2.0 ** ((i - (len(lines) - 1) / 2) * min(0.04, 0.3 / len(lines)))  # within ±11%
                     _accuracy_points(ax, group["_x"] * dodge, group, label=line_label, line=True, **style)
                 else:
-                    ax.plot(group["_x"], group[column], label=line_label, **({"marker": "o"} | style))
+                    ax.plot(group["_x"], group[column], label=line_label, **style)
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 16, 32, ... rather than 2^4
             if column in ("train_tok_s", "peak_mem_mb"):

@@ -201,8 +201,9 @@ def fetch_wheels(dest: Path, packages: tuple[str, ...] = GPU_WHEELS, python: str
         new = sorted(set(dest.glob("*.whl")) - before) or sorted(
             p for p in dest.glob("*.whl") if p.name.lower().replace("_", "-").startswith(f"{name}-{version}-"))
         if got.returncode != 0 or not new:
+            said = (got.stderr or got.stdout).strip().splitlines()
             raise SystemExit(f"--fetch-wheels: no wheel of {pin} for CPython 3.12 on Linux x86-64: "
-                             f"{(got.stderr or got.stdout).strip().splitlines()[-1:] or ['pip said nothing']}")
+                             f"{said[-1] if said else 'pip said nothing'}")
         if how.startswith("built") and not new[0].name.endswith("-none-any.whl"):
             raise SystemExit(f"--fetch-wheels: {new[0].name} was built for this machine, not the GPU's: {pin} "
                              "has no wheel for CPython 3.12 on Linux x86-64")

@@ -376,11 +376,11 @@ def test_the_preflight_and_the_data_module_resolve_the_same_source(tmp_path, dat
 
 
 @pytest.mark.parametrize("name", sorted(PACKAGED))
-def test_packaged_default_data_is_the_real_data(data_dir, name):
+def test_packaged_default_data_is_the_real_data(mirror_dir, name):
     files = sorted(p.name for p in (PACKAGED_DIR / name).glob("*.parquet"))
-    assert files == sorted(p.name for p in (data_dir / name).glob("*.parquet"))
+    assert files == sorted(p.name for p in (mirror_dir / name).glob("*.parquet"))
     for f in files:
-        assert (PACKAGED_DIR / name / f).read_bytes() == (data_dir / name / f).read_bytes()
+        assert (PACKAGED_DIR / name / f).read_bytes() == (mirror_dir / name / f).read_bytes()
 
 
 @pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min

@@ -147,18 +147,18 @@ def imdb_texts(data_dir: Path, split: str) -> list[str]:
     return pq.read_table(data_dir / "imdb" / f"{split}.parquet", columns=["text"]).column("text").to_pylist()
 
 
-def test_imdb_carving_shares_no_text_with_training(data_dir):
+def test_imdb_carving_shares_no_text_with_training(mirror_dir):
     """Real IMDB, the data module's carving (size and seed of conf/data/imdb.yaml): long reviews, where the phrase
     search stops at its budget. Train row 8699 (297 characters) is quoted in a 309-character training review.
     Before: it stayed in validation (moved_to_train 0) and the log said "val 0 of 1,250 ... 0 contained (searched
     a sample of 104)", test "118 identical, 0 contained (sample of 104)". Now every text is searched: the review
     moves to training, and the test's contained count includes its 118 identical reviews."""
-    texts = imdb_texts(data_dir, "train")
+    texts = imdb_texts(mirror_dir, "train")
     start = time.perf_counter()
     carving = carve_disjoint(texts, 1250, seed=1234)
     train = [texts[r] for r in carving.train]
     val_counts = overlap_counts(train, [texts[r] for r in carving.val])
-    test_counts = overlap_counts(train, imdb_texts(data_dir, "test"))
+    test_counts = overlap_counts(train, imdb_texts(mirror_dir, "test"))
     seconds = time.perf_counter() - start
     assert carving.containment_searched is False and carving.moved_to_train == 1
     assert 8699 in carving.train and len(carving.val) == 1249
@@ -172,11 +172,11 @@ def test_imdb_carving_shares_no_text_with_training(data_dir):
 
 
 @pytest.mark.slow
-def test_imdb_data_module_logs_full_overlap_counts(data_dir, tmp_path, caplog):
+def test_imdb_data_module_logs_full_overlap_counts(mirror_dir, tmp_path, caplog):
     """The same as :func:`test_imdb_carving_shares_no_text_with_training` through the data module: its
     ``meta.json`` and log line (~95 s on 2 loaded cores, mostly tokenizing and saving 50,000 reviews)."""
     dm = TextClassificationDataModule(name="imdb", hub_id="stanfordnlp/imdb", text_column="text",
-                                      label_column="label", local_dir=str(data_dir), cache_dir=str(tmp_path),
+                                      label_column="label", local_dir=str(mirror_dir), cache_dir=str(tmp_path),
                                       val_size=0.05, split_seed=1234, max_length=8, tokenizer={"kind": "bytes"})
     with caplog.at_level("INFO"):
         dm.setup()
@@ -210,7 +210,7 @@ for name, n in (("sst2", 20000), ("trec", None), ("imdb", 1500)):
 
 
 @pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
-def test_tokenizers_trained_in_separate_processes_are_byte_identical(data_dir, tmp_path):
+def test_tokenizers_trained_in_separate_processes_are_byte_identical(mirror_dir, tmp_path):
     """Every kind, every dataset config's settings: ``tokenizer.json`` the same bytes from two fresh processes.
 
     Before: WordPiece gave a different vocabulary in every process (TREC: 3 processes, 3 vocabularies).
@@ -219,7 +219,7 @@ def test_tokenizers_trained_in_separate_processes_are_byte_identical(data_dir, t
     for i in range(2):
         out = tmp_path / f"p{i}"
         out.mkdir()
-        proc = subprocess.run([sys.executable, "-c", TRAIN_TOKENIZERS, str(data_dir), str(out)], cwd=REPO_ROOT,
+        proc = subprocess.run([sys.executable, "-c", TRAIN_TOKENIZERS, str(mirror_dir), str(out)], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs.append(out)

@@ -938,7 +938,7 @@ def test_the_plan_stops_before_any_job_when_a_datasets_data_cannot_be_loaded(tmp
 
 
 def test_the_data_check_sees_an_empty_offline_cache_relative_paths_and_job_time_interpolations(
-        tmp_path, monkeypatch, capsys, data_dir):
+        tmp_path, monkeypatch, capsys, generated_mirror):
     """Three ways the check disagreed with the jobs (breaker's review): with HF_HUB_OFFLINE=1 the Hub plan passed
     although the local Hugging Face cache lacked IMDB (the jobs then failed); a relative ATTNBENCH_DATA_DIR was
     resolved from the caller's directory by the check and from the repository's root by the jobs; a `--set` that
@@ -955,7 +955,7 @@ def test_the_data_check_sees_an_empty_offline_cache_relative_paths_and_job_time_
     assert not (tmp_path / "results" / "compare").exists()
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    (tmp_path / "mirror").symlink_to(data_dir)
+    (tmp_path / "mirror").symlink_to(generated_mirror)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ATTNBENCH_DATA_DIR", "mirror")  # relative to here, where the user is
     assert reproduce.main([*argv, "--dry-run"]) == 0

@@ -1,7 +1,6 @@
-"""Documented values pinned against independent computations (issue: tests that pin every claim).
-
-Each test here checks a number the README or a docstring states, computed a second way: not read back
-from the object under test.
+"""Initial values and arithmetic that docstrings state, against independent computations: the score functions'
+and the model's initialisation, ``RunStats``' throughput formula and the report's paired difference, each
+computed a second way rather than read back from the object under test.
 """
 
 from __future__ import annotations

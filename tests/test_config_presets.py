@@ -60,7 +60,8 @@ def test_the_main_job_is_compares_scaled_dot_sst2_job():
     main = flatten_config(OmegaConf.to_container(composed(), resolve=True))
     job = flatten_config(OmegaConf.to_container(
         composed("experiment=compare", "trainer=cpu", "data=sst2", "attention=scaled_dot"), resolve=True))
-    differ = {k: (main.get(k), job.get(k)) for k in set(main) | set(job) if is_relevant(k) and main.get(k) != job.get(k)}
+    differ = {k: (main.get(k), job.get(k)) for k in set(main) | set(job)
+              if is_relevant(k) and main.get(k) != job.get(k)}
     assert differ == {"trainer.accelerator": ("auto", "cpu")}, differ
 
 

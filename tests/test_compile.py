@@ -124,9 +124,8 @@ def test_compile_settings_from_hydra_are_saved_as_plain_values():
 
 
 def test_diagnostics_and_attention_maps_read_a_compiled_model():
-    """With compile.enabled, the diagnostics probe and the attention maps capture each layer's input through forward
-    hooks, which compiled code does not call: they run the model eagerly and give the uncompiled model's values
-    (the default callbacks crashed at step 0 with ``KeyError: 0`` before)."""
+    """With compile.enabled, the diagnostics probe and the attention maps ask the model for its attention
+    intermediates in an eager run (no recompilation for the request) and give the uncompiled model's values."""
     from attnbench.callbacks.diagnostics import AttentionDiagnostics
     from attnbench.viz.attention_maps import attention_weights
 
@@ -134,8 +133,8 @@ def test_diagnostics_and_attention_maps_read_a_compiled_model():
     results = []
     for compile in (None, {"enabled": True}):
         module = _module(compile)
-        with torch.no_grad():  # compiled in eval mode before the hooks exist, as by Lightning's sanity validation
-            module.eval()(ids, mask)  # (the compiled code for eval + no_grad then skips the hooks)
+        with torch.no_grad():  # compiled in eval mode, as by Lightning's sanity validation
+            module.eval()(ids, mask)
         module.train()
         diagnostics = AttentionDiagnostics()
         diagnostics._probe = {"input_ids": ids, "padding_mask": mask}
@@ -146,24 +145,3 @@ def test_diagnostics_and_attention_maps_read_a_compiled_model():
         assert compiled_stats[key] == pytest.approx(value, rel=1e-6), key
     for got, want in zip(compiled_maps, eager_maps, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
-
-
-def test_layer_inputs_sees_a_padding_mask_given_by_name():
-    """A model that calls its attention layers with ``key_padding_mask=`` by name: the diagnostics and maps still
-    get the mask (a positional-only capture read None there, and padding keys would count as attended)."""
-    from torch import nn
-
-    from attnbench.attention import MultiHeadAttention
-    from attnbench.attention.multihead import layer_inputs
-
-    class ByName(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.attn = MultiHeadAttention(8, 2, "scaled_dot")
-
-        def forward(self, x, mask):
-            return self.attn(x=x, key_padding_mask=mask)
-
-    x, mask = torch.randn(2, 5, 8), torch.tensor([[False] * 5, [False, False, True, True, True]])
-    ((got_x, got_mask),) = layer_inputs(ByName(), x, mask)
-    assert torch.equal(got_x, x) and torch.equal(got_mask, mask)

@@ -12,6 +12,12 @@ from attnbench.attention.reference import reference_scores
 from attnbench.callbacks.diagnostics import AttentionDiagnostics, attention_statistics
 
 
+def layer_statistics(attn, x, mask, **options):
+    """``attention_statistics`` of the intermediates ``attn`` hands back for input ``x`` (B×L×d_model)."""
+    _, intermediates = attn(x, mask, return_intermediates=True)
+    return attention_statistics(intermediates, **options)
+
+
 def _reference_statistics(attn, x, mask):
     """Loop over sequences, heads and query rows in float64; only non-padding positions count."""
     query, key, _ = attn.project(x)
@@ -47,7 +53,7 @@ def test_statistics_match_the_float64_reference(score):
     mask[1, 4:] = True
     mask[2, 1:] = True  # one key only: left out of entropy_norm and saturated_frac
     with torch.no_grad():
-        got = attention_statistics(attn, x, mask, block_bytes=2 * 3 * 2 * 7 * 8)  # query blocks of 2 rows
+        got = layer_statistics(attn, x, mask, block_bytes=2 * 3 * 2 * 7 * 8)  # query blocks of 2 rows
         want = _reference_statistics(attn, x, mask)
     for name, value in want.items():
         assert got[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
@@ -58,10 +64,10 @@ def test_saturation_and_entropy_extremes():
     with torch.no_grad():
         attn.qkv_proj.weight.zero_()
         attn.qkv_proj.bias.zero_()
-        uniform = attention_statistics(attn, torch.randn(2, 5, 4), None)
+        uniform = layer_statistics(attn, torch.randn(2, 5, 4), None)
         attn.qkv_proj.weight[:8] = torch.eye(4).repeat(2, 1) * 30.0  # q = k = 30·x
         # tokens e1..e4 each attend to themselves (score 900 vs 0); the fifth, all zeros, attends uniformly
-        peaked = attention_statistics(attn, torch.eye(5, 4).unsqueeze(0), None)
+        peaked = layer_statistics(attn, torch.eye(5, 4).unsqueeze(0), None)
     assert uniform["entropy_norm"] == pytest.approx(1.0) and uniform["saturated_frac"] == 0.0
     assert uniform["entropy"] == pytest.approx(math.log(5))
     assert peaked["saturated_frac"] == pytest.approx(0.8)

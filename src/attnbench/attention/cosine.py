@@ -23,7 +23,8 @@ class CosineScore(ScoreFunction):
         head_dim: d.
         init_temperature: initial τ; ``None`` means √d, which matches the
             logit range of ``scaled_dot`` for unit-variance q, k at init.
-        eps: lower bound of the norms before dividing (as ``F.normalize``).
+        eps: lower bound of the norms before dividing (as ``F.normalize``). A zero vector's unit vector is 0,
+            with a zero gradient (``F.normalize``'s is 1/eps, beyond float16's range).
 
     Parameters: ``log_temperature`` H (τ = exp(log_temperature)).
     Shapes: query B×H×Lq×d, key B×H×Lk×d -> scores B×H×Lq×Lk.
@@ -67,7 +68,10 @@ class CosineScore(ScoreFunction):
             return cpu_kernels.unit_rows(x, scale, self.eps)
         if torch.is_grad_enabled() and (x.requires_grad or (scale is not None and scale.requires_grad)):
             x = x.contiguous()
-            factor = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(self.eps).reciprocal()
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+            # a zero vector has no direction: its unit vector is 0 (as x / eps is) with a zero gradient, not
+            # x / eps's 1/eps, which a float16 gradient cannot hold (1e6 > 65504)
+            factor = norm.clamp_min(self.eps).reciprocal().masked_fill(norm == 0, 0.0)
             return x * (factor if scale is None else factor * scale[:, None, None])
         x = x.clone(memory_format=torch.contiguous_format)  # our own buffer, scaled in place below
         factor = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(self.eps).reciprocal_()  # B×H×L×1
@@ -79,11 +83,15 @@ class CosineScore(ScoreFunction):
         return self._unit(query, self.temperature().to(query.dtype)) @ self._unit(key).transpose(-2, -1)
 
     def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
-        """τ · Σ_c q̂_c k̂_c for every pair, float64, with x̂ = x / max(‖x‖, eps) (Henry et al. 2020)."""
+        """τ · Σ_c q̂_c k̂_c for every pair, float64, with x̂ = x / max(‖x‖, eps) (Henry et al. 2020), and x̂ = 0
+        with a zero gradient for a zero vector x (which has no direction)."""
         tau = self.log_temperature.double().exp()[None, :, None, None]
-        q_hat = query / query.norm(dim=-1, keepdim=True).clamp_min(self.eps)
-        k_hat = key / key.norm(dim=-1, keepdim=True).clamp_min(self.eps)
-        return tau * (q_hat.unsqueeze(-2) * k_hat.unsqueeze(-3)).sum(-1)
+
+        def unit(x: Tensor) -> Tensor:
+            norm = x.norm(dim=-1, keepdim=True)
+            return torch.where(norm == 0, 0.0, x / norm.clamp_min(self.eps))
+
+        return tau * (unit(query).unsqueeze(-2) * unit(key).unsqueeze(-3)).sum(-1)
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         device = query.device.type

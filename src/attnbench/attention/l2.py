@@ -46,8 +46,14 @@ class L2Score(ScoreFunction):
         return -torch.cdist(query, key, p=2.0)
 
     def reference_scores(self, query: Tensor, key: Tensor) -> Tensor:
-        """−√(Σ_c (q_c − k_c)²) for every pair, float64, straight from the definition (no cdist)."""
-        return -((query.unsqueeze(-2) - key.unsqueeze(-3)) ** 2).sum(-1).sqrt()
+        """−√(Σ_c (q_c − k_c)²) for every pair, float64, straight from the definition (no cdist).
+
+        At q = k the square root's derivative is infinite; its gradient there is 0, as ``torch.cdist``'s
+        (the square root is taken of 1 where the distance is 0, and that branch is masked).
+        """
+        sq = ((query.unsqueeze(-2) - key.unsqueeze(-3)) ** 2).sum(-1)
+        zero = sq == 0
+        return -torch.where(zero, 0.0, torch.where(zero, 1.0, sq).sqrt())
 
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         block = self.block_size(query.shape[0], query.shape[-2], key.shape[-2], query.element_size())

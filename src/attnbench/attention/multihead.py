@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.base import ScoreFunction
+from attnbench.attention.base import ScoreFunction, masked_softmax
 from attnbench.attention.registry import build_score_function
 
 
@@ -36,7 +36,8 @@ class MultiHeadAttention(nn.Module):
         bias: whether the q/k/v/output projections have biases.
 
     Shapes: ``forward(x: B×L×d_model, key_padding_mask: bool B×L, True = pad)
-    -> B×L×d_model``.
+    -> B×L×d_model``; ``forward(..., return_intermediates=True)`` also returns the layer's logits and
+    weights (:class:`AttentionIntermediates`).
 
     Raises:
         ValueError: if ``head_dim`` is ``None`` and ``d_model`` is not divisible
@@ -84,12 +85,63 @@ class MultiHeadAttention(nn.Module):
         query, key, value = self.qkv_proj(x).chunk(3, dim=-1)
         return self.split_heads(query), self.split_heads(key), self.split_heads(value)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, return_intermediates: bool = False
+    ) -> Tensor | tuple[Tensor, AttentionIntermediates]:
+        """Attention output of ``x``, and on request the logits and weights behind it.
+
+        Args:
+            x: B×L×d_model.
+            key_padding_mask: optional bool B×L, True = padding.
+            return_intermediates: also return an :class:`AttentionIntermediates` record.
+
+        Returns:
+            B×L×d_model; with ``return_intermediates``, ``(output, intermediates)``. The output comes from the
+            score function's fast path (``score_fn.attend``) either way, so asking for the intermediates
+            does not change a bit of it.
+        """
         query, key, value = self.project(x)
         dropout_p = self.attn_dropout if self.training else 0.0
         out = self.score_fn.attend(query, key, value, key_padding_mask=key_padding_mask, dropout_p=dropout_p)
         b, _, length, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, length, self.inner_dim))
+        out = self.out_proj(out.transpose(1, 2).reshape(b, length, self.inner_dim))
+        if not return_intermediates:
+            return out
+        return out, self.intermediates(query, key, key_padding_mask)
+
+    def intermediates(self, query: Tensor, key: Tensor, key_padding_mask: Tensor | None) -> AttentionIntermediates:
+        """Logits and weights of ``query`` (B×H×Lq×d) against ``key`` (B×H×Lk×d) by the score function's definition.
+
+        The logits are ``score_fn.scores``, computed in query blocks of ``score_fn.block_size`` rows (its own
+        memory budget, e.g. ``additive``'s hidden tensor), with ``-inf`` at padding keys; the weights are their
+        :func:`~attnbench.attention.base.masked_softmax` (before attention dropout; zero rows for sequences that
+        are all padding). ``score_fn``'s tests compare its fast path with these definitions.
+        """
+        b, _, n_queries, _ = query.shape
+        rows = self.score_fn.block_size(b, n_queries, key.shape[-2], query.element_size())
+        scores = torch.cat([self.score_fn.scores(query[:, :, start:start + rows], key)
+                            for start in range(0, n_queries, rows)], dim=-2)
+        weights = masked_softmax(scores, key_padding_mask)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        return AttentionIntermediates(logits=scores, weights=weights, key_padding_mask=key_padding_mask)
+
+
+class AttentionIntermediates(NamedTuple):
+    """What one attention layer computed on one batch, handed back on request (``return_intermediates=True``).
+
+    Attributes:
+        logits: B×H×Lq×Lk scores before the softmax (``score_fn.scores``; float32 for 16-bit inputs), ``-inf``
+            at padding keys.
+        weights: B×H×Lq×Lk softmax of the logits over the non-padding keys, before attention dropout; each
+            row sums to 1, or is zero where every key of the sequence is padding.
+        key_padding_mask: the layer's bool B×Lk mask (True = padding), or ``None``; with ``pooling=cls`` it
+            includes the prepended [CLS] position.
+    """
+
+    logits: Tensor
+    weights: Tensor
+    key_padding_mask: Tensor | None
 
 
 def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
@@ -98,40 +150,23 @@ def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
 
 
 @torch.no_grad()
-def layer_inputs(model: nn.Module, *inputs: Tensor) -> list[tuple[Tensor, Tensor | None]]:
-    """What each attention layer of ``model`` receives when ``model(*inputs)`` runs, in eval mode (no dropout).
+def attention_intermediates(model: nn.Module, *inputs: Tensor) -> list[AttentionIntermediates]:
+    """Every attention layer's :class:`AttentionIntermediates` for ``model(*inputs)``, in eval mode (no dropout).
 
-    Forward pre-hooks capture each layer's ``x`` (B×L×d_model) and ``key_padding_mask`` (bool B×L or None).
-    A ``torch.compile``d model (``nn.Module.compile``) runs eagerly here
-    (``torch.compiler.set_stance("force_eager")``): compiled code does not call hooks registered after it was
-    compiled. The model's train/eval mode is restored afterwards.
+    ``model`` takes ``return_intermediates=True`` and then returns ``(output, [one record per layer])``, as
+    :class:`attnbench.models.model.TransformerClassifier` does. A ``torch.compile``d model
+    (``nn.Module.compile``) runs eagerly here (``torch.compiler.set_stance("force_eager")``), so the request
+    costs no recompilation. The model's train/eval mode is restored afterwards.
 
     Returns:
-        One ``(x, key_padding_mask)`` per layer, in :func:`attention_layers` order.
-
-    Raises:
-        RuntimeError: a layer was not called by ``model(*inputs)``.
+        One record per attention layer, in forward order.
     """
-    layers = attention_layers(model)
-    captured: dict[int, tuple[Tensor, Tensor | None]] = {}
-    def capture(i: int):  # the mask given by position or by name (forward(x, key_padding_mask=...))
-        def hook(module, args, kwargs):
-            x = args[0] if args else kwargs["x"]
-            captured[i] = (x, args[1] if len(args) > 1 else kwargs.get("key_padding_mask"))
-        return hook
-
-    handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
     force_eager = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
     was_training = model.training
     model.eval()
     try:
         with force_eager("force_eager") if force_eager is not None else contextlib.nullcontext():
-            model(*inputs)
+            _, intermediates = model(*inputs, return_intermediates=True)
     finally:
-        for handle in handles:
-            handle.remove()
         model.train(was_training)
-    missing = [i for i in range(len(layers)) if i not in captured]
-    if missing:
-        raise RuntimeError(f"attention layer(s) {missing} of {type(model).__name__} were not called by its forward")
-    return [captured[i] for i in range(len(layers))]
+    return list(intermediates)

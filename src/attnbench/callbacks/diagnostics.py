@@ -5,23 +5,21 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
+from attnbench.attention.base import query_block_size
+from attnbench.attention.multihead import AttentionIntermediates, attention_intermediates, attention_layers
 
-def attention_statistics(
-    attn: torch.nn.Module, x: torch.Tensor, key_padding_mask: torch.Tensor | None, block_bytes: int = 64 * 2**20
-) -> dict[str, float]:
+
+def attention_statistics(intermediates: AttentionIntermediates, block_bytes: int = 64 * 2**20) -> dict[str, float]:
     """Statistics of one attention layer's weights on one batch.
 
-    Scores come from the score function's definition (``score_fn.scores``),
-    computed in query blocks of ``score_fn.block_size`` queries (the score
-    function's own budget, or ``block_bytes`` when it sets none), so that no
-    block's scores (or what its query rows materialise, e.g. additive's hidden
-    tensor) exceed it.
+    Read from the logits and weights the layer hands back
+    (:meth:`attnbench.attention.MultiHeadAttention.forward` with ``return_intermediates=True``), in query
+    blocks whose B×H×rows×Lk temporaries fit ``block_bytes``.
 
     Args:
-        attn: a :class:`attnbench.attention.MultiHeadAttention`.
-        x: its input, B×L×d_model.
-        key_padding_mask: bool B×L, True = padding (``None``: no padding).
-        block_bytes: memory budget of one query block (bytes).
+        intermediates: the layer's :class:`~attnbench.attention.multihead.AttentionIntermediates`
+            (logits and weights B×H×L×L, key_padding_mask bool B×L or ``None``).
+        block_bytes: memory budget of one query block of temporaries (bytes).
 
     Returns:
         Over heads, batch and non-padding query rows:
@@ -33,33 +31,29 @@ def attention_statistics(
         ``entropy_norm`` and ``saturated_frac`` leave out rows of sequences with
         a single non-padding key, whose one weight is trivially 1.
     """
-    from attnbench.attention.base import masked_softmax
-
-    query, key, _ = attn.project(x)
-    b, h, length, _ = query.shape
+    logits, weights, key_padding_mask = intermediates
+    b, h, length, n_all_keys = weights.shape
     if key_padding_mask is None:
-        key_padding_mask = torch.zeros(b, length, dtype=torch.bool, device=x.device)
+        key_padding_mask = torch.zeros(b, n_all_keys, dtype=torch.bool, device=weights.device)
     keep_keys = ~key_padding_mask  # B×L
-    n_keys = keep_keys.sum(-1).to(query.dtype)  # B
-    element = query.element_size()
-    rows = attn.score_fn.block_size(b, length, length, element, budget_bytes=block_bytes)
+    n_keys = keep_keys.sum(-1).to(weights.dtype)  # B
+    rows = query_block_size(None, int(block_bytes), length, b * h * n_all_keys * weights.element_size())
     entropy_sum = norm_sum = saturated = 0.0
     n_rows = n_norm_rows = 0.0
     max_score = 0.0
     for start in range(0, length, rows):
         stop = min(length, start + rows)
-        scores = attn.score_fn.scores(query[:, :, start:stop], key)  # B×H×rows×L
-        weights = masked_softmax(scores, key_padding_mask)
+        block_weights = weights[:, :, start:stop]  # B×H×rows×L
         valid_q = keep_keys[:, start:stop][:, None, :].expand(b, h, -1)  # B×H×rows
         pair_ok = valid_q[..., None] & keep_keys[:, None, None, :]
         if pair_ok.any():
-            max_score = max(max_score, float(scores.abs().masked_fill(~pair_ok, 0.0).max()))
-        entropy = -torch.special.xlogy(weights, weights).sum(-1)  # B×H×rows
+            max_score = max(max_score, float(logits[:, :, start:stop].abs().masked_fill(~pair_ok, 0.0).max()))
+        entropy = -torch.special.xlogy(block_weights, block_weights).sum(-1)  # B×H×rows
         log_n = torch.log(n_keys)[:, None, None].expand_as(entropy)
         norm_ok = valid_q & (log_n > 0)
         entropy_sum += float(entropy[valid_q].sum())
         norm_sum += float((entropy[norm_ok] / log_n[norm_ok]).sum())
-        saturated += float((weights.amax(-1) > 0.99)[norm_ok].sum())
+        saturated += float((block_weights.amax(-1) > 0.99)[norm_ok].sum())
         n_rows += float(valid_q.sum())
         n_norm_rows += float(norm_ok.sum())
     nan = float("nan")
@@ -76,7 +70,8 @@ class AttentionDiagnostics(pl.Callback):
 
     Every ``every_n_steps`` optimizer steps (and once after training), on a
     fixed probe batch — the first ``probe_size`` validation examples — with
-    the model in eval mode and no gradient, for each layer ``i``:
+    the model in eval mode and no gradient, from the logits and weights each
+    layer hands back (``model(..., return_intermediates=True)``), for each layer ``i``:
 
     - ``diag/layer{i}/entropy``: mean attention entropy over heads and
       non-padding query rows (nats);
@@ -99,7 +94,7 @@ class AttentionDiagnostics(pl.Callback):
         every_n_steps: interval in optimizer steps; each probe costs about one
             forward pass of ``probe_size`` examples.
         probe_size: examples in the probe batch.
-        block_bytes: memory budget of one query block of scores (bytes).
+        block_bytes: memory budget of one query block of the statistics' temporaries (bytes).
     """
 
     def __init__(self, every_n_steps: int = 100, probe_size: int = 32, block_bytes: int = 64 * 2**20) -> None:
@@ -135,14 +130,11 @@ class AttentionDiagnostics(pl.Callback):
         """Weight statistics of every attention layer on the probe batch (see the class docstring)."""
         if self._probe is None:
             return {}
-        from attnbench.attention.multihead import attention_layers, layer_inputs
-
         ids = self._probe["input_ids"].to(pl_module.device)
         mask = self._probe["padding_mask"].to(pl_module.device)
         metrics: dict[str, float] = {}
-        captured = layer_inputs(pl_module, ids, mask)
-        for i, (layer, (x, layer_mask)) in enumerate(zip(attention_layers(pl_module), captured)):
-            for name, value in attention_statistics(layer, x, layer_mask, self.block_bytes).items():
+        for i, intermediates in enumerate(attention_intermediates(pl_module, ids, mask)):
+            for name, value in attention_statistics(intermediates, self.block_bytes).items():
                 metrics[f"diag/layer{i}/{name}"] = value
         return metrics
 
@@ -150,8 +142,6 @@ class AttentionDiagnostics(pl.Callback):
     def gradient_norms(pl_module: pl.LightningModule) -> dict[str, float]:
         """L2 norms of each layer's query and key projection gradients (weight and bias rows)."""
         metrics: dict[str, float] = {}
-        from attnbench.attention.multihead import attention_layers
-
         for i, layer in enumerate(attention_layers(pl_module)):
             proj, inner = layer.qkv_proj, layer.inner_dim
             if proj.weight.grad is None:

@@ -37,9 +37,15 @@ class TransformerBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
-        x = x + self.dropout(self.attn(self.attn_norm(x), key_padding_mask))
-        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None, return_intermediates: bool = False):
+        """``x`` B×L×d_model -> B×L×d_model; with ``return_intermediates``, ``(x, AttentionIntermediates)``."""
+        if return_intermediates:
+            attended, intermediates = self.attn(self.attn_norm(x), key_padding_mask, return_intermediates=True)
+        else:
+            attended = self.attn(self.attn_norm(x), key_padding_mask)
+        x = x + self.dropout(attended)
+        x = x + self.dropout(self.mlp(self.mlp_norm(x)))
+        return (x, intermediates) if return_intermediates else x
 
 
 class TransformerClassifier(nn.Module):
@@ -65,7 +71,9 @@ class TransformerClassifier(nn.Module):
         pad_id: token id used for padding (its embedding row stays zero).
 
     Shapes: ``forward(input_ids: B×L long, padding_mask: bool B×L, True = pad)
-    -> logits B×C``. Padding tokens never influence a sequence's logits.
+    -> logits B×C``. Padding tokens never influence a sequence's logits. ``return_intermediates=True``
+    also returns each layer's attention logits and weights
+    (:class:`attnbench.attention.multihead.AttentionIntermediates`), the logits unchanged.
 
     Raises:
         ValueError: for non-positive sizes, an unknown pooling, or dropout
@@ -130,7 +138,8 @@ class TransformerClassifier(nn.Module):
         if self.cls_embedding is not None:
             nn.init.normal_(self.cls_embedding, std=0.02)
 
-    def forward(self, input_ids: Tensor, padding_mask: Tensor) -> Tensor:
+    def forward(self, input_ids: Tensor, padding_mask: Tensor, return_intermediates: bool = False):
+        """Logits B×C; with ``return_intermediates``, ``(logits, [AttentionIntermediates per layer])``."""
         b, length = input_ids.shape
         x = self.token_embedding(input_ids)
         if self.cls_embedding is not None:
@@ -143,8 +152,13 @@ class TransformerClassifier(nn.Module):
                 f"({self.position_embedding.num_embeddings}); raise data.max_length."
             )
         x = self.embed_dropout(x + self.position_embedding.weight[:length])
+        intermediates = []
         for block in self.blocks:
-            x = block(x, padding_mask)
+            if return_intermediates:
+                x, layer_intermediates = block(x, padding_mask, return_intermediates=True)
+                intermediates.append(layer_intermediates)
+            else:
+                x = block(x, padding_mask)
         x = self.final_norm(x)
         if self.cls_embedding is not None:
             pooled = x[:, 0]
@@ -154,4 +168,5 @@ class TransformerClassifier(nn.Module):
         else:
             keep = (~padding_mask).unsqueeze(-1).to(x.dtype)
             pooled = (x * keep).sum(1) / keep.sum(1).clamp_min(1.0)
-        return self.head(pooled)
+        logits = self.head(pooled)
+        return (logits, intermediates) if return_intermediates else logits

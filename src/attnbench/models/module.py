@@ -103,8 +103,11 @@ class TextClassifierModule(pl.LightningModule):
         self._train_acc_at_batch_start: tuple[dict[str, Tensor], int] | None = None
         self._resumed_train_acc: tuple[dict[str, Tensor], int] | None = None
 
-    def forward(self, input_ids: Tensor, padding_mask: Tensor) -> Tensor:
-        """logits B×C for ``input_ids`` B×L and ``padding_mask`` B×L (True = pad)."""
+    def forward(self, input_ids: Tensor, padding_mask: Tensor, return_intermediates: bool = False):
+        """logits B×C for ``input_ids`` B×L and ``padding_mask`` B×L (True = pad); ``return_intermediates``:
+        ``(logits, attention intermediates per layer)`` (:class:`attnbench.models.model.TransformerClassifier`)."""
+        if return_intermediates:
+            return self.model(input_ids, padding_mask, return_intermediates=True)
         return self.model(input_ids, padding_mask)
 
     def _step(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor]:

@@ -1,13 +1,11 @@
 """Attention maps: the attention weights of every layer and head of a trained model on a few test sentences,
 drawn as heatmaps with the tokens on the axes.
 
-The weights come from the score function's definition, as :class:`attnbench.callbacks.AttentionDiagnostics`
-computes them: a forward pre-hook on every :class:`attnbench.attention.MultiHeadAttention` records the layer's
-input during one forward pass of the model; then ``layer.project`` gives the query and key heads,
-``layer.score_fn.scores`` their B×H×Lq×Lk scores and :func:`attnbench.attention.base.masked_softmax` the
-weights (Vaswani et al. 2017, §3.2.1, eq. 1, with the score replaced by the score function's). The fused
-``attend`` paths never return weights; ``scores`` is what every score function defines and what its tests
-compare the fused path against.
+The weights are the ones each :class:`attnbench.attention.MultiHeadAttention` hands back when the model is
+asked for its intermediates (``model(input_ids, padding_mask, return_intermediates=True)``): the masked softmax
+of its score function's ``scores`` (Vaswani et al. 2017, §3.2.1, eq. 1, with the score replaced by the score
+function's), before attention dropout. The fused ``attend`` paths never materialise weights; ``scores`` is what
+every score function defines and what its tests compare the fused path against.
 
 Sentences: the first ``n`` rows of the run's test split (after the run's ``data.max_eval_samples`` cap) whose
 length is between ``min_tokens`` and ``max_tokens`` tokens, so that every score function is shown on the same
@@ -28,7 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnbench.attention.multihead import attention_layers, layer_inputs
+from attnbench.attention.multihead import attention_intermediates, attention_layers
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +41,9 @@ def attention_weights(model: nn.Module, input_ids: Tensor, padding_mask: Tensor)
     """The attention weights of every layer of ``model`` on one batch.
 
     Args:
-        model: a :class:`attnbench.model.TransformerClassifier` or a module wrapping one
-            (``model(input_ids, padding_mask)``); run in eval mode (no dropout), then restored.
+        model: a :class:`attnbench.models.model.TransformerClassifier` or a module wrapping one that passes
+            ``return_intermediates`` on (``model(input_ids, padding_mask, return_intermediates=True)``); run in
+            eval mode (no dropout), then restored.
         input_ids: B×L token ids (long).
         padding_mask: bool B×L, True = padding.
 
@@ -56,17 +55,11 @@ def attention_weights(model: nn.Module, input_ids: Tensor, padding_mask: Tensor)
     Raises:
         ValueError: the model has no attention layer.
     """
-    layers = attention_layers(model)
-    if not layers:
+    if not attention_layers(model):
         raise ValueError(f"{type(model).__name__} has no attnbench MultiHeadAttention layer to draw")
-    from attnbench.attention.base import masked_softmax
-
     device = next(model.parameters()).device
-    weights = []
-    for layer, (x, mask) in zip(layers, layer_inputs(model, input_ids.to(device), padding_mask.to(device))):
-        query, key, _ = layer.project(x)
-        weights.append(masked_softmax(layer.score_fn.scores(query, key), mask).float().cpu())
-    return weights
+    return [layer.weights.float().cpu()
+            for layer in attention_intermediates(model, input_ids.to(device), padding_mask.to(device))]
 
 
 def probe_rows(split: Sequence[Any], n: int = 2, min_tokens: int = 5, max_tokens: int = 16,

@@ -103,6 +103,8 @@ class AdditiveScore(ScoreFunction):
     """
 
     name = "additive"
+    # the fused CPU kernel where it applies; False forces the blocked path (benchmarks compare the two)
+    use_cpu_kernel: bool = True
 
     def __init__(
         self,
@@ -156,7 +158,7 @@ class AdditiveScore(ScoreFunction):
     def _attend(self, query, key, value, key_padding_mask, dropout_p):  # attend() passes every argument
         q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
         k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
-        if dropout_p == 0.0 and not self.compile:
+        if dropout_p == 0.0 and not self.compile and self.use_cpu_kernel:
             score_vector = self.v.to(q_proj.dtype)
             if cpu_kernels.additive_kernels_for(q_proj, k_proj, score_vector, value) is not None:
                 return cpu_kernels.additive_attention(q_proj, k_proj, score_vector, value, key_padding_mask)

@@ -16,10 +16,10 @@ the same process at the same thread count:
 ``python -m attnbench.bench.roofline`` prints, for 1 and 2 threads, each path's time, its bound and the fraction
 of the bound it reaches, and additive / SDPA both as measured and at the limit. Times are the minimum of
 ``--repeats`` runs after one warm-up (the minimum is the least disturbed by other processes), on the wall clock
-or, with ``--clock cpu``, the process's CPU time divided by the thread count: on a machine shared with other
-jobs, a short run (the tanh rate, 1 ms) often finds the core free and a long one (additive, 100s of ms) never
-does, so wall-clock fractions there understate what the code reaches; CPU time leaves out the time spent waiting
-for a core (with more than one thread it also counts threads spinning at a barrier, so it is exact at 1 thread).
+or, with ``--clock cpu``, the 1-thread tables on the process's CPU time: on a machine shared with other jobs, a
+short run (the tanh rate, 1 ms) often finds the core free and a long one (additive, 100s of ms) never does, so
+wall-clock fractions there understate what the code reaches; CPU time leaves out the time spent waiting for a
+core. Tables of more threads stay on the wall clock (CPU time would count a thread that never ran as no time).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _clock = "wall"
 
 
 def set_clock(clock: str) -> None:
-    """Time with the wall clock (``"wall"``) or the process's CPU time per thread (``"cpu"``).
+    """Time with the wall clock (``"wall"``) or the process's CPU time (``"cpu"``, meaningful at 1 thread).
 
     Raises:
         ValueError: another name.
@@ -56,7 +56,7 @@ def set_clock(clock: str) -> None:
 
 
 def _now() -> float:
-    return time.perf_counter() if _clock == "wall" else time.process_time() / torch.get_num_threads()
+    return time.perf_counter() if _clock == "wall" else time.process_time()
 
 
 def best_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
@@ -215,7 +215,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head-dim", type=int, default=64, help="d = d_a (default 64)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per path; the minimum is kept")
     parser.add_argument("--clock", choices=CLOCKS, default="wall",
-                        help="wall clock (default), or CPU time per thread (a shared machine: see the module's doc)")
+                        help="wall clock (default), or CPU time for the 1-thread table (a shared machine: see the module's doc)")
     parser.add_argument("--no-fallback", dest="fallback", action="store_false",
                         help="skip additive's blocked path (seconds per run at n = 512)")
     args = parser.parse_args(argv)
@@ -228,18 +228,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    set_clock(args.clock)
     kernels = cpu_kernels.additive_kernels_for(torch.zeros(1))
     isa = kernels.additive_attention_isa() if kernels is not None else "not built"
     print(f"CPU: {cpu_name()}; torch {torch.__version__}; fused additive kernel: {isa}; float32; "
-          f"{args.clock} clock, minimum of {args.repeats} runs")
+          f"minimum of {args.repeats} runs")
     shape = f"B={args.batch}, H={args.heads}, n={args.length}, d=d_a={args.head_dim}"
-    for threads in args.threads:
-        rates, rows = measure(threads, args.batch, args.heads, args.length, args.head_dim, args.repeats,
-                              args.fallback)
-        print()
-        print(format_table(threads, shape, rates, rows))
-        sys.stdout.flush()
+    try:
+        for threads in args.threads:
+            clock = args.clock if threads == 1 else "wall"
+            set_clock(clock)
+            rates, rows = measure(threads, args.batch, args.heads, args.length, args.head_dim, args.repeats,
+                                  args.fallback)
+            print()
+            print(format_table(threads, f"{shape}, {clock} clock", rates, rows))
+            sys.stdout.flush()
+    finally:
+        set_clock("wall")
     return 0
 
 

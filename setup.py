@@ -23,5 +23,5 @@ setup(
     # C++ source of the CPU inference kernels, compiled on first use (attnbench.attention.cpu_kernels)
     package_data={**{name: ["*.yaml"] for name in CONF},
                   "attnbench.data": ["default/*/*.parquet", "default/README.md"],
-                  "attnbench.attention": ["*.cpp"]},
+                  "attnbench.attention": ["*.cpp", "*.h"]},
 )

@@ -121,6 +121,7 @@ def test_additive_attend_sizes_blocks_from_batch_heads_and_keys(monkeypatch):
 
     blocks = _spy_blocks(monkeypatch, additive_module)
     fn = build_score_function("additive", n_heads=2, head_dim=3, hidden_dim=4, chunk_bytes=1000).double()
+    fn.use_cpu_kernel = False  # the blocked path (the fused CPU kernel has no blocks)
     q = torch.randn(3, 2, 9, 3, dtype=torch.float64)
     k = torch.randn(3, 2, 5, 3, dtype=torch.float64)
     v = torch.randn(3, 2, 5, 2, dtype=torch.float64)
@@ -461,7 +462,7 @@ def test_additive_compile_option_builds_one_dynamic_compiled_function(monkeypatc
         fn.attend(q, k, v)
         assert calls == [(additive_module.additive_pair_scores, {"dynamic": True})]  # once per process
         assert blocks == [5, 5]  # compiled: nothing Lq×Lk×d_a is stored, one block whatever chunk_bytes says
-        fn.compile = False
+        fn.compile, fn.use_cpu_kernel = False, False  # the blocked path (the fused CPU kernel has no blocks)
         fn.attend(q, k, v)
         assert blocks[-1] == 1 and len(calls) == 1
     finally:

@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from attnbench.attention import cpu_kernels
 from attnbench.attention.base import ScoreFunction, blocked_attend, float32_when_low_precision, validated_chunking
 
 
@@ -30,6 +31,16 @@ def additive_pair_scores(q_proj: Tensor, k_proj: Tensor, v: Tensor) -> Tensor:
 def _compiled() -> Callable[[Tensor, Tensor, Tensor], Tensor]:
     """``additive_pair_scores`` under ``torch.compile``, built once per process."""
     return torch.compile(additive_pair_scores, dynamic=True)
+
+
+@functools.cache
+def _triton_available() -> bool:
+    """Whether Inductor can generate GPU kernels here (Triton importable); CPU runs never ask."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class AdditiveScore(ScoreFunction):
@@ -59,15 +70,30 @@ class AdditiveScore(ScoreFunction):
     elementwise work on a B×H×Lq×Lk×d_a tensor — it cannot be folded into a
     matrix multiply, which is the point the product measures.
 
-    Fast path (:meth:`attend`): the projections are computed once, then
-    queries are processed in blocks (:func:`~attnbench.attention.base.blocked_attend`):
-    each block's hidden tensor is recomputed in the backward instead of
-    stored, so memory is O(B·H·block·Lk·d_a) in the forward and the backward,
-    for about one extra forward of time. When everything fits in one block,
-    no recomputation.
+    Fast paths (:meth:`attend`), after the projections (two GEMMs):
+
+    - CPU, float32 or float64, ``dropout_p == 0``, plain eager execution, the
+      extension built (:func:`~attnbench.attention.cpu_kernels.additive_attention`):
+      one fused kernel, forward and backward, streams each query row over
+      its keys (one tanh per pair and hidden unit, the row's softmax and
+      weighted sum), and the backward recomputes tanh; memory
+      O(B·H·L·(d_a + d)). This is the default on CPU in training and
+      inference.
+    - Everywhere else (dropout in training — the kernel does not draw a
+      dropout mask —, ``compile``, ``torch.compile``/``torch.func``, the
+      extension not built or ``ATTNBENCH_CPU_KERNELS=0``): queries are
+      processed in blocks (:func:`~attnbench.attention.base.blocked_attend`):
+      each block's hidden tensor is recomputed in the backward instead of
+      stored, so memory is O(B·H·block·Lk·d_a) in the forward and the
+      backward, for about one extra forward of time; when everything fits in
+      one block, no recomputation. ``chunk_size``/``chunk_bytes`` set the block.
+    - CUDA with Triton installed: the pair scores run under ``torch.compile``
+      (Inductor fuses the add, tanh and reduction with v into one generated
+      kernel, so the hidden tensor is never stored) in one block. Not measured:
+      no GPU has been lent to this project yet; without Triton, the blocked path.
 
     Precision: on CPU, float16/bfloat16 inputs (or autocast) run the fast path
-    in float32 and return ``value``'s dtype: a 16-bit pre-activation
+    (the fused kernel when it applies) in float32 and return ``value``'s dtype: a 16-bit pre-activation
     W_q q + W_k k of magnitude ~12 is rounded by up to 2^-5 (bfloat16), and
     tanh' = 1 − tanh² at the rounded point put dq off by 11% (input scale 20,
     head_dim 256). On CUDA the 16-bit path is kept (it halves the memory of the
@@ -77,6 +103,8 @@ class AdditiveScore(ScoreFunction):
     """
 
     name = "additive"
+    # the fused CPU kernel where it applies; False forces the blocked path (benchmarks compare the two)
+    use_cpu_kernel: bool = True
 
     def __init__(
         self,
@@ -100,9 +128,13 @@ class AdditiveScore(ScoreFunction):
         v_bound = 1.0 / math.sqrt(hidden_dim)
         self.v = nn.Parameter(torch.empty(n_heads, hidden_dim).uniform_(-v_bound, v_bound))
 
+    def _uses_compile(self, device: torch.device) -> bool:
+        """Pair scores through ``torch.compile``: asked for (``compile``), or on CUDA where Triton is installed."""
+        return self.compile or (device.type == "cuda" and _triton_available())
+
     def _pair_scores(self, q_proj: Tensor, k_proj: Tensor) -> Tensor:
         """vᵀtanh(q_proj_i + k_proj_j): B×H×Lq×d_a, B×H×Lk×d_a -> B×H×Lq×Lk."""
-        pair_scores = _compiled() if self.compile else additive_pair_scores
+        pair_scores = _compiled() if self._uses_compile(q_proj.device) else additive_pair_scores
         return pair_scores(q_proj, k_proj, self.v.to(q_proj.dtype))
 
     def scores(self, query: Tensor, key: Tensor) -> Tensor:
@@ -126,9 +158,13 @@ class AdditiveScore(ScoreFunction):
     def _attend(self, query, key, value, key_padding_mask, dropout_p):  # attend() passes every argument
         q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
         k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
+        if dropout_p == 0.0 and not self.compile and self.use_cpu_kernel:
+            score_vector = self.v.to(q_proj.dtype)
+            if cpu_kernels.additive_kernels_for(q_proj, k_proj, score_vector, value) is not None:
+                return cpu_kernels.additive_attention(q_proj, k_proj, score_vector, value, key_padding_mask)
         n_queries = query.shape[-2]
         # compiled: nothing of size Lq×Lk×d_a is stored, so one block
-        block = n_queries if self.compile else self.block_size(
+        block = n_queries if self._uses_compile(query.device) else self.block_size(
             query.shape[0], n_queries, key.shape[-2], query.element_size()
         )
         return blocked_attend(self._pair_scores, q_proj, k_proj, value, key_padding_mask, dropout_p, block)

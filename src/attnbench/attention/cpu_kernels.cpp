@@ -1,4 +1,5 @@
-// Fused per-row kernels for the CPU inference paths of `cosine` and `euclidean` (attnbench.attention.cpu_kernels).
+// Fused per-row kernels for the CPU inference paths of `cosine` and `euclidean` (attnbench.attention.cpu_kernels),
+// and the module's bindings (the fused additive attention lives in additive_kernel.cpp).
 //
 // The heads that MultiHeadAttention hands to a score function are strided views of one projection
 // (B x H x L x d, rows of d contiguous floats, 3·H·d floats apart). Eager PyTorch normalises such a view in three
@@ -103,7 +104,23 @@ torch::Tensor row_sq_norms(const torch::Tensor& x) {
   return out;
 }
 
+// additive_kernel.cpp
+std::tuple<torch::Tensor, torch::Tensor> additive_attention_forward(const torch::Tensor& a, const torch::Tensor& b,
+                                                                    const torch::Tensor& w,
+                                                                    const torch::Tensor& value,
+                                                                    const torch::Tensor& key_padding_mask);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> additive_attention_backward(
+    const torch::Tensor& dout, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& w,
+    const torch::Tensor& value, const torch::Tensor& key_padding_mask, const torch::Tensor& out,
+    const torch::Tensor& lse);
+std::string additive_attention_isa();
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unit_rows", &unit_rows, "x / max(|x|, eps) * scale[h] along the last dim (B x H x L x d float32, CPU)");
   m.def("row_sq_norms", &row_sq_norms, "sum of squares along the last dim (B x H x L x d float32, CPU)");
+  m.def("additive_attention_forward", &additive_attention_forward,
+        "fused additive attention: (out, lse) from a = W_q q, b = W_k k, w, value, key_padding_mask");
+  m.def("additive_attention_backward", &additive_attention_backward,
+        "gradients (da, db, dw, dvalue) of additive_attention_forward, tanh recomputed");
+  m.def("additive_attention_isa", &additive_attention_isa, "how the additive kernel's float32 loops run here");
 }

@@ -1,6 +1,7 @@
-"""Fused CPU kernels for the inference paths of ``cosine`` and ``euclidean`` (``cpu_kernels.cpp``).
+"""Fused CPU kernels (``cpu_kernels.cpp``, ``additive_kernel.cpp``): the inference paths of ``cosine`` and
+``euclidean``, and additive attention with its backward.
 
-At short lengths the extra work of these two scores is memory traffic, not
+At short lengths the extra work of ``cosine`` and ``euclidean`` is memory traffic, not
 arithmetic: the heads arrive as strided views of one projection, and eager
 PyTorch normalises a view in three passes (a contiguous copy, a norm, a
 rescale). :func:`unit_rows` reads each row once and writes the unit vector
@@ -8,23 +9,30 @@ once; :func:`row_sq_norms` reads ‖k‖² off the strided view without a copy.
 At B=256, n=48, 4 heads of 32, one thread, measured quiet, this brings
 ``cosine`` from 1.15–1.19× to 1.10–1.13× of ``scaled_dot`` and ``euclidean``
 from 1.12–1.16× to 1.10–1.13× (``scripts/bench_short_attention.py --eager``,
-docs/cost.md).
+docs/cost.md). These two have no autograd, so the score functions use them only
+where no gradient is needed (validation, test, inference: :func:`kernels_for`).
+
+:func:`additive_attention` is ``softmax_j(wᵀtanh(a_i + b_j))·value`` fused, forward
+and backward (:class:`FusedAdditiveAttention`), for float32 and float64: each query
+row streams over its sequence's keys with vectorised tanh (the SLEEF routine
+``torch.tanh`` uses), so nothing of size Lq×Lk×d_a is stored; the backward
+recomputes tanh. It applies in training and inference (:func:`additive_kernels_for`).
 
 The kernels are compiled on first use with :func:`torch.utils.cpp_extension.load`
-(a C++ compiler and ninja; 25 s to a minute, once per machine and source version,
-cached in :func:`build_directory`). They have no autograd, so the score
-functions use them only where no gradient is needed (validation, test,
-inference) on float32 CPU tensors in plain eager execution (not under
-``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or
+(a C++ compiler and ninja; about a minute, once per machine and source version,
+cached in :func:`build_directory`). They run on CPU tensors in plain eager execution
+(not under ``torch.compile``, ``torch.jit.trace``, ``torch.func`` transforms or
 FakeTensorMode); everywhere else, and when the build fails (one warning says
 why) or ``ATTNBENCH_CPU_KERNELS=0`` is set, the eager formulas run. Both paths
-compute the same formula; they differ by float32 rounding (tests/test_cpu_kernels.py).
+compute the same formula; they differ by float32 rounding (tests/test_cpu_kernels.py,
+tests/test_additive_kernel.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import sys
@@ -43,6 +51,9 @@ except ImportError:  # not POSIX: no OS lock, and a stale torch lock is left for
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+# every file the build reads: the compiled sources, then the header additive_kernel.cpp includes
+SOURCES = (SOURCE, SOURCE.with_name("additive_kernel.cpp"))
+HEADERS = (SOURCE.with_name("additive_kernel_rows.h"),)
 ENV_SWITCH = "ATTNBENCH_CPU_KERNELS"  # "0" turns the kernels off (the eager formulas run)
 
 
@@ -85,16 +96,19 @@ def _build() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import load
 
-        log.info("loading the fused CPU kernels of cosine/euclidean inference (compiled on first use, ~25 s; "
-                 "%s=0 skips them)", ENV_SWITCH)
+        log.info("loading the fused CPU kernels of cosine/euclidean inference and additive attention (compiled on "
+                 "first use, about a minute; %s=0 skips them)", ENV_SWITCH)
         folder = build_directory()
+        # torch rebuilds when a source or a flag changes, but does not read included headers: their digest is a flag
+        headers = hashlib.sha256(b"".join(p.read_bytes() for p in HEADERS)).hexdigest()[:16]
         with _exclusive(folder):
-            return load(name="attnbench_cpu_kernels", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp"],
+            return load(name="attnbench_cpu_kernels", sources=[str(p) for p in SOURCES],
+                        extra_cflags=["-O3", "-fopenmp", f"-DATTNBENCH_HEADERS_{headers}"],
                         extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
     except Exception as err:  # no compiler, no ninja, a failed build: the eager path is exact too, only slower
         warnings.warn(f"attnbench: the fused CPU kernels could not be built ({type(err).__name__}: "
                       f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}); cosine and euclidean "
-                      f"inference use the eager formulas (slower at short lengths, same results). Install a C++ "
+                      f"inference and additive attention use the eager formulas (slower, same results). Install a C++ "
                       f"compiler and ninja, or set {ENV_SWITCH}=0 to silence this.", RuntimeWarning, stacklevel=2)
         return None
 
@@ -168,3 +182,64 @@ def row_sq_norms(x: Tensor) -> Tensor:
         RuntimeError: the kernels are not available (check :func:`kernels_for` first) or ``x`` is not as above.
     """
     return _built().row_sq_norms(x)
+
+
+def additive_kernels_for(*tensors: Tensor | None) -> ModuleType | None:
+    """The kernels if :func:`additive_attention` applies to these inputs, else ``None``.
+
+    It applies to CPU tensors all float32 or all float64 (``None`` entries are skipped), with or without a
+    gradient to track, in plain eager execution (:func:`_plain_eager`), once the extension is built.
+    """
+    present = [t for t in tensors if t is not None]
+    if not present or present[0].dtype not in (torch.float32, torch.float64):
+        return None
+    if any(t.device.type != "cpu" or t.dtype != present[0].dtype for t in present):
+        return None
+    if not _plain_eager(*present):
+        return None
+    return _build()
+
+
+class FusedAdditiveAttention(torch.autograd.Function):
+    """Autograd of the fused kernel: the forward keeps its inputs, the output and one log-sum-exp per query
+    (O(B·H·L·(d_a + d)) in all); the backward recomputes tanh row by row."""
+
+    @staticmethod
+    def forward(ctx, q_proj: Tensor, k_proj: Tensor, score_vector: Tensor, value: Tensor,
+                key_padding_mask: Tensor) -> Tensor:
+        out, lse = _built().additive_attention_forward(q_proj, k_proj, score_vector, value, key_padding_mask)
+        ctx.save_for_backward(q_proj, k_proj, score_vector, value, key_padding_mask, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q_proj, k_proj, score_vector, value, key_padding_mask, out, lse = ctx.saved_tensors
+        d_q, d_k, d_w, d_value = _built().additive_attention_backward(
+            grad_out, q_proj, k_proj, score_vector, value, key_padding_mask, out, lse)
+        return d_q, d_k, d_w, d_value, None
+
+
+def additive_attention(q_proj: Tensor, k_proj: Tensor, score_vector: Tensor, value: Tensor,
+                       key_padding_mask: Tensor | None = None) -> Tensor:
+    """``softmax_j(wᵀ tanh(q_proj_i + k_proj_j))·value`` fused, with autograd (Bahdanau et al. 2015, A.1.2).
+
+    Per (batch, head), every query row streams over the non-padding keys: d_a vectorised tanh per key
+    (SLEEF's 1-ulp routine, the one ``torch.tanh`` calls; AVX-512, AVX2 or plain C++, picked at run time), the
+    row's softmax and its weighted sum of values. Memory beyond the inputs and output: one row of Lk scores per
+    thread in the forward, that row's d_a×Lk tanh values per thread in the backward (which recomputes them:
+    tanh' = 1 − tanh² is multiply-adds). No dropout: callers with ``dropout_p > 0`` use the blocked path.
+
+    Args:
+        q_proj: B×H×Lq×d_a, W_q q. k_proj: B×H×Lk×d_a, W_k k. score_vector: H×d_a, w.
+        value: B×H×Lk×d_v (any strides). key_padding_mask: optional bool B×Lk, True = padding.
+        All float32 or all float64, on CPU (:func:`additive_kernels_for`).
+
+    Returns:
+        B×H×Lq×d_v; rows whose keys are all padding are zero, with zero gradients.
+
+    Raises:
+        RuntimeError: the kernels are not available (check :func:`additive_kernels_for` first), or the shapes
+        or dtypes disagree (the message names them).
+    """
+    mask = key_padding_mask if key_padding_mask is not None else q_proj.new_empty(0, dtype=torch.bool)
+    return FusedAdditiveAttention.apply(q_proj, k_proj, score_vector, value, mask)

@@ -145,7 +145,8 @@ def test_diagnostics_equal_those_of_re_projecting_each_layers_input(score):
     got = cb.probe(model)
     assert model.training  # restored
     want = _reprojected_statistics(model.eval(), ids, mask, cb.block_bytes)
-    assert max(layer["max_score"] for layer in want) > 1.0  # weights far from uniform
+    max_score = max(layer["max_score"] for layer in want)
+    assert max_score > 1.0 or max_score == 0.0  # weights far from uniform, or the uniform control's zero scores
     for i, layer in enumerate(want):
         for name, value in layer.items():
             assert got[f"diag/layer{i}/{name}"] == value, (i, name)

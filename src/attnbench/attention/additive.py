@@ -156,8 +156,10 @@ class AdditiveScore(ScoreFunction):
         return method(query, key, value, key_padding_mask, dropout_p)
 
     def _attend(self, query, key, value, key_padding_mask, dropout_p):  # attend() passes every argument
-        q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
-        k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
+        # one GEMM per head over all B·L rows (a broadcast `@` runs B·H small ones and sums B of them for the
+        # weights' gradient: 3.6x slower forward + backward at B=64, L=12, d=d_a=32)
+        q_proj = torch.einsum("bhld,hda->bhla", query, self.w_query.to(query.dtype))  # B×H×Lq×d_a
+        k_proj = torch.einsum("bhld,hda->bhla", key, self.w_key.to(key.dtype))  # B×H×Lk×d_a
         if dropout_p == 0.0 and not self.compile and self.use_cpu_kernel:
             score_vector = self.v.to(q_proj.dtype)
             if cpu_kernels.additive_kernels_for(q_proj, k_proj, score_vector, value) is not None:

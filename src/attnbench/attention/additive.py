@@ -78,7 +78,7 @@ class AdditiveScore(ScoreFunction):
       its keys (one tanh per pair and hidden unit, the row's softmax and
       weighted sum), and the backward recomputes tanh; memory
       O(B·H·L·(d_a + d)). This is the default on CPU in training and
-      inference.
+      inference (``use_cpu_kernel = False`` on an instance turns it off).
     - Everywhere else (dropout in training — the kernel does not draw a
       dropout mask —, ``compile``, ``torch.compile``/``torch.func``, the
       extension not built or ``ATTNBENCH_CPU_KERNELS=0``): queries are
@@ -89,8 +89,9 @@ class AdditiveScore(ScoreFunction):
       one block, no recomputation. ``chunk_size``/``chunk_bytes`` set the block.
     - CUDA with Triton installed: the pair scores run under ``torch.compile``
       (Inductor fuses the add, tanh and reduction with v into one generated
-      kernel, so the hidden tensor is never stored) in one block. Not measured:
-      no GPU has been lent to this project yet; without Triton, the blocked path.
+      kernel, so the hidden tensor is never stored) in one block; without
+      Triton, the blocked path. Unmeasured until a GPU is lent: neither its
+      speed nor what the compiled backward keeps in memory has been checked.
 
     Precision: on CPU, float16/bfloat16 inputs (or autocast) run the fast path
     (the fused kernel when it applies) in float32 and return ``value``'s dtype: a 16-bit pre-activation

@@ -229,3 +229,19 @@ def test_inline_tanh_matches_float64(kernel, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "lanes, inline tanh " in done.stdout and float(done.stdout.split()[-1]) < 2e-5, done.stdout
+
+
+def test_cpu_never_asks_for_triton(monkeypatch):
+    """The CUDA path (pair scores through torch.compile where Triton is installed) is chosen by device: CPU runs,
+    fused or blocked, never look for Triton."""
+    from attnbench.attention import additive
+
+    def no_triton():
+        raise AssertionError("a CPU run asked whether Triton is installed")
+
+    monkeypatch.setattr(additive, "_triton_available", no_triton)
+    fn = _score_fn(2, 8, torch.float32)
+    q, k, v, mask = _inputs(2, 2, 5, 6, 8, torch.float32)
+    fn.attend(q, k, v, mask).sum().backward()
+    fn.attend(q, k, v, mask, dropout_p=0.2).sum().backward()
+    assert not fn._uses_compile(torch.device("cpu"))

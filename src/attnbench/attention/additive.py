@@ -78,7 +78,7 @@ class AdditiveScore(ScoreFunction):
       its keys (one tanh per pair and hidden unit, the row's softmax and
       weighted sum), and the backward recomputes tanh; memory
       O(B·H·L·(d_a + d)). This is the default on CPU in training and
-      inference.
+      inference (``use_cpu_kernel = False`` on an instance turns it off).
     - Everywhere else (dropout in training — the kernel does not draw a
       dropout mask —, ``compile``, ``torch.compile``/``torch.func``, the
       extension not built or ``ATTNBENCH_CPU_KERNELS=0``): queries are
@@ -89,8 +89,9 @@ class AdditiveScore(ScoreFunction):
       one block, no recomputation. ``chunk_size``/``chunk_bytes`` set the block.
     - CUDA with Triton installed: the pair scores run under ``torch.compile``
       (Inductor fuses the add, tanh and reduction with v into one generated
-      kernel, so the hidden tensor is never stored) in one block. Not measured:
-      no GPU has been lent to this project yet; without Triton, the blocked path.
+      kernel, so the hidden tensor is never stored) in one block; without
+      Triton, the blocked path. Unmeasured until a GPU is lent: neither its
+      speed nor what the compiled backward keeps in memory has been checked.
 
     Precision: on CPU, float16/bfloat16 inputs (or autocast) run the fast path
     (the fused kernel when it applies) in float32 and return ``value``'s dtype: a 16-bit pre-activation
@@ -156,8 +157,10 @@ class AdditiveScore(ScoreFunction):
         return method(query, key, value, key_padding_mask, dropout_p)
 
     def _attend(self, query, key, value, key_padding_mask, dropout_p):  # attend() passes every argument
-        q_proj = query @ self.w_query.to(query.dtype)  # B×H×Lq×d_a
-        k_proj = key @ self.w_key.to(key.dtype)  # B×H×Lk×d_a
+        # one GEMM per head over all B·L rows (a broadcast `@` runs B·H small ones and sums B of them for the
+        # weights' gradient: 3.6x slower forward + backward at B=64, L=12, d=d_a=32)
+        q_proj = torch.einsum("bhld,hda->bhla", query, self.w_query.to(query.dtype))  # B×H×Lq×d_a
+        k_proj = torch.einsum("bhld,hda->bhla", key, self.w_key.to(key.dtype))  # B×H×Lk×d_a
         if dropout_p == 0.0 and not self.compile and self.use_cpu_kernel:
             score_vector = self.v.to(q_proj.dtype)
             if cpu_kernels.additive_kernels_for(q_proj, k_proj, score_vector, value) is not None:

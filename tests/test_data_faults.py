@@ -146,7 +146,15 @@ def test_texts_longer_than_max_length_are_truncated_and_counted(tmp_path, caplog
         dm.setup()
     assert max(len(ids) for s in ("train", "val", "test") for ids in dm.splits[s].input_ids) == 8
     assert "texts longer than data.max_length=8 tokens, truncated:" in caplog.text
-    assert "test 4 of 4 (raise data.max_length to keep more of them)." in caplog.text
+    # what truncation removed, per column: each truncated text's untruncated length - 8
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(dm.cache_dir / "tokenizer.json"))
+    tok.no_truncation()
+    cut = sum(len(tok.encode(t).ids) - 8 for t in [train["text"][0]] + [" ".join(WORDS * 5)] * 4)
+    assert cut > 5 * 30
+    assert ("test 4 of 4 (raise data.max_length to keep more of them); truncation removed, per text column: "
+            f"text {cut:,} tokens from 5 rows." in caplog.text)
 
 
 def test_single_class_dataset_is_refused(tmp_path):

@@ -55,6 +55,7 @@ from attnbench.paths import user_path
 log = logging.getLogger("attnbench.data")
 
 SPLITS = ("train", "val", "test")
+PAIR_COLUMNS = ("attnbench_first_text", "attnbench_second_text")  # sentence pairs' cleaned texts, while building
 
 
 class TextClassificationDataModule(pl.LightningDataModule):
@@ -125,7 +126,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         }
         # settings added for any dataset: in the key only when used
         if cfg.text_pair_column is not None:
-            spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN]
+            spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN, "longest_first"]
         if roles["val"] is not None:
             spec["val_split"] = roles["val"]
         if roles["test"] is None:
@@ -152,14 +153,18 @@ class TextClassificationDataModule(pl.LightningDataModule):
     def _train_tokenizer(self, texts: list[str]):
         """A tokenizer trained on ``texts`` (:func:`attnbench.data.tokenizer.train_tokenizer` with this config)."""
         t = self.tokenizer_cfg
+        pair = self.text_pair_column is not None
         return train_tokenizer(texts, t["kind"], t["vocab_size"], t["lowercase"], t["min_frequency"],
-                               self.max_length, (SEP_TOKEN,) if self.text_pair_column else ())
+                               self.max_length, (SEP_TOKEN,) if pair else (), SEP_TOKEN if pair else None)
 
     def _clean(self, ds: datasets.Dataset, split: str, stats: SplitStats, source_split: str
                ) -> tuple[datasets.Dataset, list[str]]:
         """Rows of ``ds`` with non-empty text(s) (policy in :mod:`.rows`), and their texts as ``str``.
 
-        Sentence pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``.
+        Sentence pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``, truncated
+        longest text first (:func:`~attnbench.data.tokenizer.encode_ids_counting`). The returned texts are
+        ``"<first> [SEP] <second>"`` (what carving and the overlap counts compare); the two cleaned texts are
+        kept in the columns :data:`PAIR_COLUMNS` of the returned rows, for the tokenizer.
         """
         where = f"{self.name}/{source_split}"
         texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, where)
@@ -167,6 +172,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
             seconds, keep2, invalid2 = clean_texts(column(ds, self.text_pair_column), self.text_pair_column, where)
             keep = sorted(set(keep) & set(keep2))
             invalid += invalid2
+            ds = ds.add_column(PAIR_COLUMNS[0], texts).add_column(PAIR_COLUMNS[1], seconds)
             texts = [f"{a} {SEP_TOKEN} {b}" for a, b in zip(texts, seconds)]
         stats.add(split, "dropped_empty", len(texts) - len(keep))
         stats.add(split, "invalid_utf8", invalid)
@@ -262,14 +268,23 @@ class TextClassificationDataModule(pl.LightningDataModule):
         leakage = {split: overlap_counts(texts["train"], texts[split]) for split in ("val", "test")}
         leakage.update(carving_info, **test_info)
         log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
-        tokenizer = self._train_tokenizer(texts["train"])
+        pair = self.text_pair_column is not None
+        tokenizer = self._train_tokenizer(  # a pair's two texts are two training texts
+            column(train, PAIR_COLUMNS[0]) + column(train, PAIR_COLUMNS[1]) if pair else texts["train"])
+        fields = text_columns
 
         def write(tmp: Path) -> None:
             tokenizer.save(str(tmp / "tokenizer.json"))
-            counts = {}
+            counts: dict[str, int] = {}
+            truncation: dict[str, dict[str, dict[str, int]]] = {}
             for split, ds in (("train", train), ("val", val), ("test", test_src)):
-                ids, truncated = encode_ids_counting(tokenizer, texts[split])
+                if pair:
+                    ids, truncated, removed = encode_ids_counting(tokenizer, column(ds, PAIR_COLUMNS[0]),
+                                                                  column(ds, PAIR_COLUMNS[1]))
+                else:
+                    ids, truncated, removed = encode_ids_counting(tokenizer, texts[split])
                 stats.add(split, "truncated", truncated)
+                truncation[split] = dict(zip(fields, removed))
                 out = datasets.Dataset.from_dict(
                     {"input_ids": ids, "label": label_ids(column(ds, self.label_column), names),
                      "row_id": column(ds, "row_id")}
@@ -284,6 +299,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 "source": source.where,
                 "roles": roles,
                 "bad_rows": stats.counts,
+                "truncation": truncation,  # split -> text column -> {rows, tokens} that truncation removed
                 "leakage": leakage,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -356,8 +372,16 @@ class TextClassificationDataModule(pl.LightningDataModule):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))
         if per_split("truncated"):
+            removed: dict[str, dict[str, int]] = {}
+            for by_column in (meta.get("truncation") or {}).values():
+                for col, c in by_column.items():
+                    total = removed.setdefault(col, {"rows": 0, "tokens": 0})
+                    total["rows"] += c["rows"]
+                    total["tokens"] += c["tokens"]
+            what = "; truncation removed, per text column: " + ", ".join(
+                f"{col} {c['tokens']:,} tokens from {c['rows']:,} rows" for col, c in removed.items()) if removed else ""
             log.info("%s: texts longer than data.max_length=%d tokens, truncated: %s (raise data.max_length to "
-                     "keep more of them).", self.name, self.max_length, per_split("truncated"))
+                     "keep more of them)%s.", self.name, self.max_length, per_split("truncated"), what)
 
     def _log_leakage(self, meta: dict[str, Any]) -> None:
         """One log line: how many validation and test texts occur in the training texts (counts before caps)."""

@@ -62,23 +62,53 @@ def encode_ids(tokenizer, texts: list[str], chunk: int = 1024) -> list[list[int]
     before truncation; on all 25,000 IMDB reviews at once that peaked at 4 GB of
     RSS, while chunks keep only the ids.
     """
-    return encode_ids_counting(tokenizer, texts, chunk)[0]
+    return encode_ids_counting(tokenizer, texts, chunk=chunk)[0]
 
 
-def encode_ids_counting(tokenizer, texts: list[str], chunk: int = 1024) -> tuple[list[list[int]], int]:
-    """:func:`encode_ids`, and how many of the texts were truncated to the tokenizer's maximum length."""
+def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None = None, chunk: int = 1024
+                        ) -> tuple[list[list[int]], int, list[dict[str, int]]]:
+    """Token ids of ``texts`` (or of the pairs ``(texts[i], seconds[i])``), and what truncation removed.
+
+    Truncation is the tokenizer's own (:func:`train_tokenizer` sets ``longest_first``: a pair loses tokens
+    from its longer text first, so the second text keeps its share). Pairs are joined by the tokenizer's
+    post-processor (``first [SEP] second``).
+
+    Returns:
+        ``(ids, truncated, removed)``: one id list per row, the number of rows truncated, and per text field (``texts``, then ``seconds``)
+        ``{"rows": rows that lost tokens, "tokens": tokens removed}``. For a pair, a field's removed tokens
+        are its untruncated length (encoded alone, no special tokens) minus the tokens of that field kept.
+    """
+    from tokenizers import Tokenizer
+
+    fields = [texts] if seconds is None else [texts, seconds]
+    removed = [{"rows": 0, "tokens": 0} for _ in fields]
+    full = None
+    if seconds is not None:
+        full = Tokenizer.from_str(tokenizer.to_str())
+        full.no_truncation()
     ids: list[list[int]] = []
     truncated = 0
     for start in range(0, len(texts), chunk):
-        for enc in tokenizer.encode_batch(texts[start : start + chunk]):
+        parts = [f[start : start + chunk] for f in fields]
+        encodings = tokenizer.encode_batch(parts[0] if seconds is None else list(zip(*parts)))
+        if full is None:  # one field: the overflowing pieces (stride 0) are exactly what was cut
+            lost = [[sum(len(o.ids) for o in enc.overflowing)] for enc in encodings]
+        else:
+            lengths = [[len(e.ids) for e in full.encode_batch(p, add_special_tokens=False)] for p in parts]
+            lost = [[lengths[f][j] - enc.sequence_ids.count(f) for f in range(len(fields))]
+                    for j, enc in enumerate(encodings)]
+        for enc, row_lost in zip(encodings, lost):
             ids.append(enc.ids)
-            truncated += bool(enc.overflowing)
-    return ids, truncated
+            truncated += any(row_lost)
+            for f, n in enumerate(row_lost):
+                removed[f]["rows"] += n > 0
+                removed[f]["tokens"] += n
+    return ids, truncated, removed
 
 
 def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: bool, min_frequency: int,
-                    max_length: int, extra_special: tuple[str, ...] = ()):
-    """A tokenizer trained on ``texts`` that truncates to ``max_length`` tokens.
+                    max_length: int, extra_special: tuple[str, ...] = (), pair_separator: str | None = None):
+    """A tokenizer trained on ``texts`` that truncates to ``max_length`` tokens, longest text first.
 
     Args:
         texts: the training texts (only these are seen; validation and test never are).
@@ -88,6 +118,9 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         max_length: truncation length in tokens (>= 1).
         extra_special: special tokens after ``[PAD]`` and ``[UNK]`` (``[SEP]`` for sentence pairs), matched
             whole in a text and never split.
+        pair_separator: for sentence pairs, a special token (one of ``extra_special``) that the post-processor
+            puts between the two texts of ``encode((first, second))``; ``texts`` are then both texts of every
+            pair, as separate texts.
 
     Returns:
         A ``tokenizers.Tokenizer``: ``[PAD]`` id 0, ``[UNK]`` id 1, then ``extra_special``, then the vocabulary in
@@ -123,8 +156,7 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         tok.decoder = decoders.ByteLevel()
         if extra_special:
             tok.add_special_tokens(list(extra_special))
-        tok.enable_truncation(max_length)
-        return tok
+        return _finish(tok, max_length, pair_separator)
     else:
         tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
         if lowercase:
@@ -139,5 +171,17 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         )
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
     tok = canonical_token_ids(tok, keep_added=special)
-    tok.enable_truncation(max_length)
+    return _finish(tok, max_length, pair_separator)
+
+
+def _finish(tok, max_length: int, pair_separator: str | None):
+    """``tok`` truncating to ``max_length`` tokens with the ``longest_first`` strategy (a pair is cut from its
+    longer text until both fit; the separator counts), and joining pairs as ``$A <separator> $B``."""
+    from tokenizers import processors
+
+    if pair_separator is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single="$A", pair=f"$A {pair_separator} $B:1",
+            special_tokens=[(pair_separator, tok.token_to_id(pair_separator))])
+    tok.enable_truncation(max_length, strategy="longest_first")
     return tok

@@ -271,8 +271,8 @@ def test_string_labels_outside_the_training_classes_in_csv_and_jsonl(tmp_path, f
     test = {"text": rows(10)["text"], "label": ["neg", "pos", "neutral", "pos", "neg"] * 2}
     with pytest.raises(DataConfigError) as err:
         files_module(tmp_path, fmt, train, test).prepare_data()
-    assert ("toy/test: 2 of 10 rows have labels outside the class set 0..1 ('neutral'). Labels must be the class "
-            "names ['neg', 'pos']") in str(err.value)
+    assert ("toy/test: 2 of 10 rows have labels outside the class set 0..1 ('neutral'). This class is in test only: "
+            "train has the classes ['neg', 'pos']") in str(err.value)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

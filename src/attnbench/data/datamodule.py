@@ -48,7 +48,7 @@ from attnbench.data.samplers import (
 )
 from attnbench.data.sources import Source, load_source, local_root
 from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
-from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, train_tokenizer
+from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, token_counts, train_tokenizer
 from attnbench.distributed import eval_sampler
 from attnbench.paths import user_path
 
@@ -161,16 +161,18 @@ class TextClassificationDataModule(pl.LightningDataModule):
                ) -> tuple[datasets.Dataset, list[str]]:
         """Rows of ``ds`` with non-empty text(s) (policy in :mod:`.rows`), and their texts as ``str``.
 
-        Sentence pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``, truncated
+        A text is empty when it is null, whitespace only, or the tokenizer cuts it into no token at all. Sentence
+        pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``, truncated
         longest text first (:func:`~attnbench.data.tokenizer.encode_ids_counting`). The returned texts are
         ``"<first> [SEP] <second>"`` (what carving and the overlap counts compare); the two cleaned texts are
         kept in the columns :data:`PAIR_COLUMNS` of the returned rows, for the tokenizer.
         """
         where = f"{self.name}/{source_split}"
         texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, where)
+        keep = self._with_tokens(texts, keep)
         if self.text_pair_column is not None:
             seconds, keep2, invalid2 = clean_texts(column(ds, self.text_pair_column), self.text_pair_column, where)
-            keep = sorted(set(keep) & set(keep2))
+            keep = sorted(set(keep) & set(self._with_tokens(seconds, keep2)))
             invalid += invalid2
             ds = ds.add_column(PAIR_COLUMNS[0], texts).add_column(PAIR_COLUMNS[1], seconds)
             texts = [f"{a} {SEP_TOKEN} {b}" for a, b in zip(texts, seconds)]
@@ -178,12 +180,19 @@ class TextClassificationDataModule(pl.LightningDataModule):
         stats.add(split, "invalid_utf8", invalid)
         if not keep:
             columns = self.text_column + (f"/{self.text_pair_column}" if self.text_pair_column else "")
-            raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} "
-                                  "are empty; set data.text_column to the column with the texts.")
+            raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} are empty (or tokenize "
+                                  "to nothing); set data.text_column to the column with the texts.")
         if len(keep) < len(texts):
             ds = ds.select(keep)
             texts = [texts[i] for i in keep]
         return ds, texts
+
+    def _with_tokens(self, texts: list[str], keep: list[int]) -> list[int]:
+        """The indices of ``keep`` whose text the tokenizer cuts into at least one token
+        (:func:`~attnbench.data.tokenizer.token_counts`): texts of only zero-width or control characters, or of
+        characters the normalizer removes, are empty texts too."""
+        counts = token_counts([texts[i] for i in keep], self.tokenizer_cfg["kind"], self.tokenizer_cfg["lowercase"])
+        return [i for i, n in zip(keep, counts) if n > 0]
 
     def _carve(self, train: datasets.Dataset, texts: list[str]) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
         """Validation carved from ``train`` (whose texts are ``texts``) sharing no source text with what is left.
@@ -367,7 +376,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
                              for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
-            log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))
+            log.warning("%s: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only "
+                        "zero-width or control characters): %s.", self.name, per_split("dropped_empty"))
         if per_split("invalid_utf8"):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))

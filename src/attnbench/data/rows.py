@@ -1,9 +1,10 @@
 """Rows as the model sees them: texts cleaned by the bad-row policy, labels checked and numbered.
 
 Policy (counted per split in the log and in the cache's ``meta.json``): empty or whitespace-only texts (and
-nulls) are dropped; bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside
-the class set, a single class, or missing columns stop the job with a :class:`DataConfigError`.
-"""
+nulls) are dropped, as are texts the tokenizer cuts into no token (the data module's check); bytes that are not
+valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
+columns, and labels that are missing (None, NaN), floats or of mixed types (within a split or across splits) stop
+the job with a :class:`DataConfigError` naming the split."""
 
 from __future__ import annotations
 

@@ -106,6 +106,36 @@ def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None =
     return ids, truncated, removed
 
 
+def _with_pipeline(tok, kind: str, lowercase: bool):
+    """``tok`` with the normalizer and pre-tokenizer of tokenizer ``kind`` (what decides a text's words)."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    if kind == "wordpiece":
+        tok.normalizer = normalizers.BertNormalizer(lowercase=bool(lowercase))
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tok
+    if lowercase:
+        tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False) if kind == "bytes" else
+                         pre_tokenizers.ByteLevel(add_prefix_space=True))
+    return tok
+
+
+def token_counts(texts: list[str], kind: str, lowercase: bool, chunk: int = 1024) -> list[int]:
+    """How many words the tokenizer of ``kind`` cuts each text into, before any vocabulary is learned.
+
+    The count comes from the tokenizer's own normalizer and pre-tokenizer (BERT's normalizer drops control
+    characters, zero-width spaces, U+FEFF, soft hyphens and the accents it strips; the byte-level ones keep every
+    byte) run by a one-entry word-level model, so 0 means the trained tokenizer gives the text 0 tokens: a
+    WordPiece or BPE model turns every word into at least one token (``[UNK]`` at worst).
+    """
+    from tokenizers import Tokenizer, models
+
+    tok = _with_pipeline(Tokenizer(models.WordLevel({UNK_TOKEN: 0}, unk_token=UNK_TOKEN)), kind, lowercase)
+    return [len(enc.ids) for start in range(0, len(texts), chunk)
+            for enc in tok.encode_batch(texts[start : start + chunk])]
+
+
 def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: bool, min_frequency: int,
                     max_length: int, extra_special: tuple[str, ...] = (), pair_separator: str | None = None):
     """A tokenizer trained on ``texts`` that truncates to ``max_length`` tokens, longest text first.
@@ -126,13 +156,11 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         A ``tokenizers.Tokenizer``: ``[PAD]`` id 0, ``[UNK]`` id 1, then ``extra_special``, then the vocabulary in
         sorted order (:func:`canonical_token_ids`).
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     special = [PAD_TOKEN, UNK_TOKEN, *extra_special]
     if kind == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token=UNK_TOKEN))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=bool(lowercase))
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok = _with_pipeline(Tokenizer(models.WordPiece(unk_token=UNK_TOKEN)), kind, lowercase)
         tok.decoder = decoders.WordPiece()
         # The trainer gives each continuing-subword symbol ("##e") its id when it first meets it while
         # walking the word counts, a hash map whose order Rust randomises per process, and breaks ties
@@ -149,19 +177,13 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         # One token per UTF-8 byte, nothing learned: the Long Range Arena "Text" setting (Tay et al. 2021).
         alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
         vocab = {token: i for i, token in enumerate(special + alphabet)}
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
-        if lowercase:
-            tok.normalizer = normalizers.Lowercase()
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        tok = _with_pipeline(Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN)), kind, lowercase)
         tok.decoder = decoders.ByteLevel()
         if extra_special:
             tok.add_special_tokens(list(extra_special))
         return _finish(tok, max_length, pair_separator)
     else:
-        tok = Tokenizer(models.BPE(unk_token=UNK_TOKEN))
-        if lowercase:
-            tok.normalizer = normalizers.Lowercase()
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok = _with_pipeline(Tokenizer(models.BPE(unk_token=UNK_TOKEN)), kind, lowercase)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=int(vocab_size),

@@ -404,9 +404,15 @@ class TextClassificationDataModule(pl.LightningDataModule):
             return (f"{split} {c['verbatim']:,} of {c['n']:,} identical to a training text, "
                     f"{c['substring']:,} contained as a substring")
 
-        how = ("phrase-level data: a phrase went with the sentences containing it" if leak["phrase_level"] else
-               "identical texts kept on one side" + ("" if leak["containment_searched"] else
-                                                     " (texts too long for the phrase-containment search)"))
+        how = "identical texts kept on one side"
+        contained = leak.get("units", 0) - leak.get("maximal_units", 0)
+        if leak["phrase_level"] and contained > 0:
+            how += (f", and the {contained:,} of {leak['units']:,} distinct texts that occur inside a longer text "
+                    "kept with a text containing them")
+        if not leak["containment_searched"]:
+            how += " (texts too long for the containment search)"
+        if leak.get("moved_to_train"):
+            how += f"; {leak['moved_to_train']:,} validation rows whose text occurs in a training text moved to train"
         caps = " Counted on the full splits, before data.max_*_samples." if (
             self.max_train_samples or self.max_eval_samples) else ""
         val = (f"validation: the dataset's split {leak['val_from']}" if leak.get("val_from") else

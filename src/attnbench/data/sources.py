@@ -261,7 +261,7 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
     if plan.kind == "local":
         log.info("Loading %s from local Parquet files in %s", cfg.name, local_dir / cfg.name)
         return _read_plan(cfg, plan)
-    if plan.missing and cfg.hub_id:  # with nowhere else to look, the error says it once (not a warning, then the same)
+    if plan.missing and cfg.hub_id and plan.kind == "hub":  # a packaged copy says it in its own line
         log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).",
                     ", ".join(str(local_dir / cfg.name / m) for m in plan.missing), cfg.hub_id)
     if plan.kind == "hub":
@@ -282,9 +282,30 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
                 raise DataConfigError(f"{cfg.hub_id} has no split(s) {absent}; it has {list(raw)}. Set "
                                       "data.train_split / data.test_split (null: carve a test set) / data.val_split.")
             return Source(datasets.DatasetDict({s: raw[s] for s in needed(roles)}), roles, plan.where, plan.key)
-    log.warning("%s: the Hub is not reachable (%s) and no local files were found: using the copy packaged "
-                "with attnbench (%s).", cfg.name, plan.hub_error, PACKAGED_DIR / cfg.name)
+    _say_packaged(cfg, local_dir, plan)
     return _read_plan(cfg, plan)
+
+
+_SAID_PACKAGED: set[tuple[str, str | None]] = set()  # (name, local_dir) already said in this process
+
+
+def _say_packaged(cfg: DataConfig, local_dir: Path | None, plan: Plan) -> None:
+    """One line, once per process and dataset (a sweep's jobs share the process), that the packaged copy is used.
+
+    INFO when no local data dir is set (the documented default of a fresh install: the packaged SST-2/TREC);
+    WARNING when ``data.local_dir`` / ``ATTNBENCH_DATA_DIR`` names a folder that lacks the files (that folder was
+    meant to be read). The Hub's error is logged at DEBUG.
+    """
+    said = (cfg.name, None if local_dir is None else str(local_dir))
+    if said in _SAID_PACKAGED:
+        return
+    _SAID_PACKAGED.add(said)
+    log.debug("%s: the Hub is not reachable (%s)", cfg.name, plan.hub_error)
+    if local_dir is None:
+        log.info("%s: using the copy packaged with attnbench (no ATTNBENCH_DATA_DIR, Hub not reachable).", cfg.name)
+    else:
+        log.warning("%s: using the copy packaged with attnbench (%s lacks it, Hub not reachable).", cfg.name,
+                    local_dir / cfg.name)
 
 
 def _unavailable_message(cfg: DataConfig, local_dir: Path | None, missing: list[str], hub_error: str) -> str:

@@ -69,9 +69,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
             ``text_column``, ``text_pair_column``, ``label_column``, ``train_split``, ``val_split``,
             ``test_split``, ``test_size``, ``cv_folds``, ``fold``, ``local_dir``, ``packaged``, ``cache_dir``,
             ``val_size``, ``split_seed``, ``max_length``, ``batch_size``, ``eval_batch_size``, ``num_workers``,
-            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes, vocab_size, lowercase, min_frequency}``),
+            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes|word_level, vocab_size, lowercase, min_frequency}``),
             ``max_train_samples``, ``max_eval_samples``, ``batching`` (``random`` | ``length_grouped``),
-            ``megabatch_size``.
+            ``megabatch_size``; a generated task: ``generator``, ``num_pairs``, ``num_keys``, ``num_values``,
+            ``num_train``.
 
     Raises:
         DataConfigError: at construction, a key outside its range; from :meth:`prepare_data` / :meth:`setup`,

@@ -1,7 +1,8 @@
 """The tokenizer: trained on the training rows only, ids in a canonical order, texts encoded in chunks.
 
-WordPiece (BERT's normalizer and pre-tokenizer), byte-level BPE, or ``bytes`` (one token per UTF-8 byte, the
-Long Range Arena Text setting, Tay et al. 2021), all with HF ``tokenizers``.
+WordPiece (BERT's normalizer and pre-tokenizer), byte-level BPE, ``bytes`` (one token per UTF-8 byte, the
+Long Range Arena Text setting, Tay et al. 2021) or ``word_level`` (one token per whitespace-separated word, for
+generated tasks whose words are symbols), all with HF ``tokenizers``.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ def _with_pipeline(tok, kind: str, lowercase: bool):
         tok.normalizer = normalizers.BertNormalizer(lowercase=bool(lowercase))
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         return tok
+    if kind == "word_level":
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        return tok
     if lowercase:
         tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False) if kind == "bytes" else
@@ -143,7 +149,9 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
     Args:
         texts: the training texts (only these are seen; validation and test never are).
         kind: ``wordpiece`` | ``byte_bpe`` | ``bytes`` (one token per UTF-8 byte, nothing learned;
-            ``vocab_size`` and ``min_frequency`` are ignored).
+            ``vocab_size`` and ``min_frequency`` are ignored) | ``word_level`` (one token per whitespace-separated
+            word, the ``vocab_size`` most frequent words of at least ``min_frequency`` occurrences; other words
+            are ``[UNK]``).
         vocab_size, min_frequency, lowercase: the trainer's settings.
         max_length: truncation length in tokens (>= 1).
         extra_special: special tokens after ``[PAD]`` and ``[UNK]`` (``[SEP]`` for sentence pairs), matched
@@ -182,6 +190,11 @@ def train_tokenizer(texts: list[str], kind: str, vocab_size: int, lowercase: boo
         if extra_special:
             tok.add_special_tokens(list(extra_special))
         return _finish(tok, max_length, pair_separator)
+    elif kind == "word_level":
+        # one token per whitespace-separated word (punctuation stays inside the word: "k12=v3" is one token)
+        tok = _with_pipeline(Tokenizer(models.WordLevel(unk_token=UNK_TOKEN)), kind, lowercase)
+        trainer = trainers.WordLevelTrainer(vocab_size=int(vocab_size), min_frequency=int(min_frequency),
+                                            special_tokens=special)
     else:
         tok = _with_pipeline(Tokenizer(models.BPE(unk_token=UNK_TOKEN)), kind, lowercase)
         tok.decoder = decoders.ByteLevel()

@@ -86,3 +86,29 @@ def test_longest_first_cuts_the_longer_text_of_a_pair(tmp_path):
     tok = Tokenizer.from_file(str(dm.cache_dir / "tokenizer.json"))
     ids = dm.splits["train"].input_ids[0]
     assert len(ids) == 17 and ids.index(tok.token_to_id("[SEP]")) == 8  # 8 premise + [SEP] + 8 hypothesis
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "byte_bpe", "bytes", "word_level"])
+def test_every_tokenizer_kind_keeps_the_whole_hypothesis(tmp_path, kind):
+    files = {}
+    for split, n, seed in (("train", 120, 0), ("test", 30, 1)):
+        path = tmp_path / f"{split}.jsonl"
+        long_premise_pairs(n, seed).to_json(path, orient="records", lines=True)
+        files[split] = str(path)
+    dm = TextClassificationDataModule(
+        name="pairs", hub_id=None, local_dir=None, data_files=files, text_column="premise",
+        text_pair_column="hypothesis", test_split="test", val_size=10, max_length=32,
+        cache_dir=str(tmp_path / "cache"), tokenizer={"kind": kind, "vocab_size": 300, "min_frequency": 1})
+    dm.setup()
+    tok = Tokenizer.from_file(str(dm.cache_dir / "tokenizer.json"))
+    sep = tok.token_to_id("[SEP]")
+    for ids, label in zip(dm.splits["test"].input_ids, dm.splits["test"].labels):
+        assert len(ids) <= 32 and ids.count(sep) == 1
+        assert tok.decode(ids[ids.index(sep) + 1 :]).split() == ["it", "is", dm.label_names[label]]
+
+
+def test_a_max_length_too_short_for_a_pair_is_refused():
+    from attnbench.data import DataConfigError
+
+    with pytest.raises(DataConfigError, match=r"data.max_length=2 cannot hold a sentence pair .* >= 3"):
+        TextClassificationDataModule(name="p", text_column="a", text_pair_column="b", max_length=2)

@@ -170,6 +170,9 @@ class DataConfig:
                                   "name another split, or use auto / null (carved from train)")
         if self.text_pair_column is not None and self.text_pair_column == self.text_column:
             raise DataConfigError("data.text_pair_column must name a column other than data.text_column")
+        if self.text_pair_column is not None and self.max_length < 3:
+            raise DataConfigError(f"data.max_length={self.max_length} cannot hold a sentence pair (a token of each "
+                                  "text and [SEP]): set data.max_length >= 3")
         if self.cv_folds is not None:
             if not (_is_int(self.cv_folds) and self.cv_folds >= 2):
                 raise DataConfigError(f"data.cv_folds must be an integer >= 2 or null, got {self.cv_folds!r}")

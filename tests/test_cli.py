@@ -50,8 +50,8 @@ def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):
 
 
 @pytest.mark.parametrize("group, choice, options", [
-    ("data", "sst3", "Available options in 'data':\n\tfiles\n\thub\n\timdb\n\tsst2\n\ttrec"),
-    ("model", "huge", "Available options in 'model':\n\tbase\n\tsmall\n\ttiny"),
+    ("data", "sst3", "Available options in 'data':\n\tassoc_recall\n\tfiles\n\thub\n\timdb\n\tsst2\n\ttrec"),
+    ("model", "huge", "Available options in 'model':\n\tbase\n\trecall\n\tsmall\n\ttiny"),
 ])
 def test_unknown_data_or_model_lists_the_options(group, choice, options):
     """Hydra's own message (printed as is by the CLI): what was asked for and every valid choice."""

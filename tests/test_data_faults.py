@@ -95,7 +95,7 @@ def test_empty_and_whitespace_texts_are_dropped_and_counted(tmp_path, caplog):
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == 27 and len(dm.splits["test"]) == 9
     kept = set(dm.splits["train"].row_ids) | set(dm.splits["val"].row_ids)
     assert kept == set(range(30)) - {1, 5, 9}
-    assert "toy: dropped empty or whitespace-only texts: train 3, test 1." in caplog.text
+    assert "toy: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only zero-width or control characters): train 3, test 1." in caplog.text
 
 
 PLAIN = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64")})
@@ -146,7 +146,15 @@ def test_texts_longer_than_max_length_are_truncated_and_counted(tmp_path, caplog
         dm.setup()
     assert max(len(ids) for s in ("train", "val", "test") for ids in dm.splits[s].input_ids) == 8
     assert "texts longer than data.max_length=8 tokens, truncated:" in caplog.text
-    assert "test 4 of 4 (raise data.max_length to keep more of them)." in caplog.text
+    # what truncation removed, per column: each truncated text's untruncated length - 8
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(dm.cache_dir / "tokenizer.json"))
+    tok.no_truncation()
+    cut = sum(len(tok.encode(t).ids) - 8 for t in [train["text"][0]] + [" ".join(WORDS * 5)] * 4)
+    assert cut > 5 * 30
+    assert ("test 4 of 4 (raise data.max_length to keep more of them); truncation removed, per text column: "
+            f"text {cut:,} tokens from 5 rows." in caplog.text)
 
 
 def test_single_class_dataset_is_refused(tmp_path):
@@ -263,8 +271,8 @@ def test_string_labels_outside_the_training_classes_in_csv_and_jsonl(tmp_path, f
     test = {"text": rows(10)["text"], "label": ["neg", "pos", "neutral", "pos", "neg"] * 2}
     with pytest.raises(DataConfigError) as err:
         files_module(tmp_path, fmt, train, test).prepare_data()
-    assert ("toy/test: 2 of 10 rows have labels outside the class set 0..1 ('neutral'). Labels must be the class "
-            "names ['neg', 'pos']") in str(err.value)
+    assert ("toy/test: 2 of 10 rows have labels outside the class set 0..1 ('neutral'). This class is in test only: "
+            "train has the classes ['neg', 'pos']") in str(err.value)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -278,7 +286,7 @@ def test_empty_texts_in_csv_and_jsonl_are_dropped_and_counted(tmp_path, fmt, cap
     with caplog.at_level(logging.INFO, logger="attnbench"):
         dm.setup()
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == 27 and len(dm.splits["test"]) == 9
-    assert "toy: dropped empty or whitespace-only texts: train 3, test 1." in caplog.text
+    assert "toy: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only zero-width or control characters): train 3, test 1." in caplog.text
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

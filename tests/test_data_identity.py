@@ -202,6 +202,7 @@ CHANGES = {
 IDENTITY = {
     "name": "the dataset's name: the mirror layout's folder <local_dir>/<name>/ and the cache folder's prefix",
     "builder": "the same bytes read by another builder are another table (or an error)",
+    "generator": "a generated task instead of read rows (its settings and seed key it: test_data_generated.py)",
 }
 # Settings outside the key: applied after the cache is read, or only where the data is looked up; changing them
 # must leave the built data identical (checked by a fresh build in another cache folder).
@@ -209,6 +210,9 @@ NO_EFFECT = {
     "hub_id": "x/y", "hub_config": "other", "local_dir": "/nonexistent", "packaged": False, "batch_size": 3,
     "eval_batch_size": 5, "num_workers": 1, "max_train_samples": 5, "max_eval_samples": 2, "batching": "random",
     "megabatch_size": 3, "cache_dir": None,
+    # a generated task's settings: read rows ignore them (with data.generator set, they are in the key and
+    # change the rows: tests/test_data_generated.py)
+    "num_pairs": 4, "num_keys": 12, "num_values": 5, "num_train": 100,
 }
 
 

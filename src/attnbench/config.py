@@ -80,7 +80,7 @@ class ModelConfig:
     d_ff: int = MISSING
     dropout: float = MISSING
     attn_dropout: float = MISSING
-    pooling: str = MISSING  # mean | max | cls
+    pooling: str = MISSING  # mean | max | cls | last
 
 
 @dataclass

@@ -15,10 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-CACHE_VERSION = 5  # 2: empty texts dropped, binary texts decoded; 3: canonical token ids;
+CACHE_VERSION = 6  # 2: empty texts dropped, binary texts decoded; 3: canonical token ids;
 # 4: validation carved disjoint from training text, overlap counts in meta.json, deterministic WordPiece
 # 5: the carving's final substring pass and the overlap counts search every text on every dataset (IMDB: a
 #    validation review quoted in a training review moves to train; counts no longer sampled)
+# 6: texts that tokenize to no token dropped as empty; sentence pairs truncated longest-first
 
 
 def cache_key(name: str, spec: dict[str, Any]) -> str:

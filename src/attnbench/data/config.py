@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from attnbench.data.errors import DataConfigError
 
 BATCHING = ("random", "length_grouped")
-TOKENIZER_KINDS = ("wordpiece", "byte_bpe", "bytes")
+TOKENIZER_KINDS = ("wordpiece", "byte_bpe", "bytes", "word_level")
 TOKENIZER_DEFAULTS = {"kind": "wordpiece", "vocab_size": 16000, "lowercase": True, "min_frequency": 2}
 # builder name -> (datasets builder, extra load_dataset arguments); file extensions map to the same names
 BUILDERS = {"csv": ("csv", {}), "tsv": ("csv", {"delimiter": "\t"}), "json": ("json", {}), "jsonl": ("json", {}),
@@ -77,7 +77,10 @@ def check_files_exist(files: Mapping[str, list[str]], keyed: bool = True) -> Non
 class DataConfig:
     """The data keys (``conf/data/*.yaml``), with their defaults; constructing one validates it.
 
-    Source (the first that has the data is used): ``data_files`` (local files read by ``builder``);
+    Source: ``generator`` when set (a generated task, :mod:`attnbench.data.generated`: ``assoc_recall`` with
+    ``num_pairs``, ``num_keys``, ``num_values``, ``num_train`` training rows, ``val_size`` and ``test_size`` rows of
+    validation and test, ``split_seed`` as its seed; nothing is read or downloaded). Else the first that has the
+    data is used: ``data_files`` (local files read by ``builder``);
     ``<local_dir>/<name>/<split>.parquet``; the Hub (``hub_id``, ``hub_config``); the packaged default data
     (SST-2 and TREC, when ``packaged`` and ``name``/``hub_id`` are theirs).
 
@@ -121,6 +124,11 @@ class DataConfig:
     max_eval_samples: int | None = None
     batching: str = "random"
     megabatch_size: int = 50
+    generator: str | None = None
+    num_pairs: int = 8
+    num_keys: int = 32
+    num_values: int = 16
+    num_train: int = 40000
 
     def __post_init__(self) -> None:
         self.data_files = _plain(self.data_files)
@@ -147,8 +155,10 @@ class DataConfig:
         if not _is_int(self.split_seed):
             raise DataConfigError(f"data.split_seed must be an integer, got {self.split_seed!r}")
         if self.tokenizer["kind"] not in TOKENIZER_KINDS:
-            raise DataConfigError(
-                f"data.tokenizer.kind must be 'wordpiece', 'byte_bpe' or 'bytes', got {self.tokenizer['kind']!r}")
+            raise DataConfigError(f"data.tokenizer.kind must be 'wordpiece', 'byte_bpe', 'bytes' or 'word_level', "
+                                  f"got {self.tokenizer['kind']!r}")
+        if self.generator is not None:
+            self._check_generator()
         for key in ("name", "text_column", "label_column", "train_split"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise DataConfigError(f"data.{key} must be a non-empty string, got {getattr(self, key)!r}")
@@ -160,6 +170,9 @@ class DataConfig:
                                   "name another split, or use auto / null (carved from train)")
         if self.text_pair_column is not None and self.text_pair_column == self.text_column:
             raise DataConfigError("data.text_pair_column must name a column other than data.text_column")
+        if self.text_pair_column is not None and self.max_length < 3:
+            raise DataConfigError(f"data.max_length={self.max_length} cannot hold a sentence pair (a token of each "
+                                  "text and [SEP]): set data.max_length >= 3")
         if self.cv_folds is not None:
             if not (_is_int(self.cv_folds) and self.cv_folds >= 2):
                 raise DataConfigError(f"data.cv_folds must be an integer >= 2 or null, got {self.cv_folds!r}")
@@ -181,6 +194,25 @@ class DataConfig:
                                       f"{list(self.data_files)}")
             if self.builder is None:
                 self.builder = self._builder_from_extension()
+
+    def _check_generator(self) -> None:
+        """The keys of a generated task (:mod:`attnbench.data.generated`): its name, sizes and settings."""
+        from attnbench.data.generated import GENERATORS, check_assoc_recall, split_sizes
+
+        if self.generator not in GENERATORS:
+            raise DataConfigError(f"data.generator must be one of {', '.join(GENERATORS)} or null, got "
+                                  f"{self.generator!r}")
+        if self.data_files is not None:
+            raise DataConfigError("data.generator makes the rows: unset data.data_files (or data.generator)")
+        if not (_is_int(self.num_train) and self.num_train >= 1):
+            raise DataConfigError(f"data.num_train must be an integer >= 1, got {self.num_train!r}")
+        check_assoc_recall(self.num_pairs, self.num_keys, self.num_values,
+                           split_sizes(self.num_train, self.val_size, self.test_size))
+        needed = self.num_pairs + 1
+        if self.tokenizer["kind"] == "word_level" and self.max_length < needed:
+            raise DataConfigError(f"data.max_length={self.max_length} cuts assoc_recall examples of {needed} words "
+                                  f"(data.num_pairs={self.num_pairs} pairs and the query): set data.max_length >= "
+                                  f"{needed}")
 
     def check_data_files(self) -> None:
         """``data.data_files``' files exist, then it has an entry for every split named (test, validation).

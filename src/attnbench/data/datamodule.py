@@ -48,13 +48,14 @@ from attnbench.data.samplers import (
 )
 from attnbench.data.sources import Source, load_source, local_root
 from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
-from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, train_tokenizer
+from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, token_counts, train_tokenizer
 from attnbench.distributed import eval_sampler
 from attnbench.paths import user_path
 
 log = logging.getLogger("attnbench.data")
 
 SPLITS = ("train", "val", "test")
+PAIR_COLUMNS = ("attnbench_first_text", "attnbench_second_text")  # sentence pairs' cleaned texts, while building
 
 
 class TextClassificationDataModule(pl.LightningDataModule):
@@ -68,9 +69,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
             ``text_column``, ``text_pair_column``, ``label_column``, ``train_split``, ``val_split``,
             ``test_split``, ``test_size``, ``cv_folds``, ``fold``, ``local_dir``, ``packaged``, ``cache_dir``,
             ``val_size``, ``split_seed``, ``max_length``, ``batch_size``, ``eval_batch_size``, ``num_workers``,
-            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes, vocab_size, lowercase, min_frequency}``),
+            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes|word_level, vocab_size, lowercase, min_frequency}``),
             ``max_train_samples``, ``max_eval_samples``, ``batching`` (``random`` | ``length_grouped``),
-            ``megabatch_size``.
+            ``megabatch_size``; a generated task: ``generator``, ``num_pairs``, ``num_keys``, ``num_values``,
+            ``num_train``.
 
     Raises:
         DataConfigError: at construction, a key outside its range; from :meth:`prepare_data` / :meth:`setup`,
@@ -125,7 +127,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         }
         # settings added for any dataset: in the key only when used
         if cfg.text_pair_column is not None:
-            spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN]
+            spec["text_pair_column"] = [cfg.text_pair_column, SEP_TOKEN, "longest_first"]
         if roles["val"] is not None:
             spec["val_split"] = roles["val"]
         if roles["test"] is None:
@@ -152,32 +154,46 @@ class TextClassificationDataModule(pl.LightningDataModule):
     def _train_tokenizer(self, texts: list[str]):
         """A tokenizer trained on ``texts`` (:func:`attnbench.data.tokenizer.train_tokenizer` with this config)."""
         t = self.tokenizer_cfg
+        pair = self.text_pair_column is not None
         return train_tokenizer(texts, t["kind"], t["vocab_size"], t["lowercase"], t["min_frequency"],
-                               self.max_length, (SEP_TOKEN,) if self.text_pair_column else ())
+                               self.max_length, (SEP_TOKEN,) if pair else (), SEP_TOKEN if pair else None)
 
     def _clean(self, ds: datasets.Dataset, split: str, stats: SplitStats, source_split: str
                ) -> tuple[datasets.Dataset, list[str]]:
         """Rows of ``ds`` with non-empty text(s) (policy in :mod:`.rows`), and their texts as ``str``.
 
-        Sentence pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``.
+        A text is empty when it is null, whitespace only, or the tokenizer cuts it into no token at all. Sentence
+        pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``, truncated
+        longest text first (:func:`~attnbench.data.tokenizer.encode_ids_counting`). The returned texts are
+        ``"<first> [SEP] <second>"`` (what carving and the overlap counts compare); the two cleaned texts are
+        kept in the columns :data:`PAIR_COLUMNS` of the returned rows, for the tokenizer.
         """
         where = f"{self.name}/{source_split}"
         texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, where)
+        keep = self._with_tokens(texts, keep)
         if self.text_pair_column is not None:
             seconds, keep2, invalid2 = clean_texts(column(ds, self.text_pair_column), self.text_pair_column, where)
-            keep = sorted(set(keep) & set(keep2))
+            keep = sorted(set(keep) & set(self._with_tokens(seconds, keep2)))
             invalid += invalid2
+            ds = ds.add_column(PAIR_COLUMNS[0], texts).add_column(PAIR_COLUMNS[1], seconds)
             texts = [f"{a} {SEP_TOKEN} {b}" for a, b in zip(texts, seconds)]
         stats.add(split, "dropped_empty", len(texts) - len(keep))
         stats.add(split, "invalid_utf8", invalid)
         if not keep:
             columns = self.text_column + (f"/{self.text_pair_column}" if self.text_pair_column else "")
-            raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} "
-                                  "are empty; set data.text_column to the column with the texts.")
+            raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} are empty (or tokenize "
+                                  "to nothing); set data.text_column to the column with the texts.")
         if len(keep) < len(texts):
             ds = ds.select(keep)
             texts = [texts[i] for i in keep]
         return ds, texts
+
+    def _with_tokens(self, texts: list[str], keep: list[int]) -> list[int]:
+        """The indices of ``keep`` whose text the tokenizer cuts into at least one token
+        (:func:`~attnbench.data.tokenizer.token_counts`): texts of only zero-width or control characters, or of
+        characters the normalizer removes, are empty texts too."""
+        counts = token_counts([texts[i] for i in keep], self.tokenizer_cfg["kind"], self.tokenizer_cfg["lowercase"])
+        return [i for i, n in zip(keep, counts) if n > 0]
 
     def _carve(self, train: datasets.Dataset, texts: list[str]) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
         """Validation carved from ``train`` (whose texts are ``texts``) sharing no source text with what is left.
@@ -262,14 +278,23 @@ class TextClassificationDataModule(pl.LightningDataModule):
         leakage = {split: overlap_counts(texts["train"], texts[split]) for split in ("val", "test")}
         leakage.update(carving_info, **test_info)
         log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
-        tokenizer = self._train_tokenizer(texts["train"])
+        pair = self.text_pair_column is not None
+        tokenizer = self._train_tokenizer(  # a pair's two texts are two training texts
+            column(train, PAIR_COLUMNS[0]) + column(train, PAIR_COLUMNS[1]) if pair else texts["train"])
+        fields = text_columns
 
         def write(tmp: Path) -> None:
             tokenizer.save(str(tmp / "tokenizer.json"))
-            counts = {}
+            counts: dict[str, int] = {}
+            truncation: dict[str, dict[str, dict[str, int]]] = {}
             for split, ds in (("train", train), ("val", val), ("test", test_src)):
-                ids, truncated = encode_ids_counting(tokenizer, texts[split])
+                if pair:
+                    ids, truncated, removed = encode_ids_counting(tokenizer, column(ds, PAIR_COLUMNS[0]),
+                                                                  column(ds, PAIR_COLUMNS[1]))
+                else:
+                    ids, truncated, removed = encode_ids_counting(tokenizer, texts[split])
                 stats.add(split, "truncated", truncated)
+                truncation[split] = dict(zip(fields, removed))
                 out = datasets.Dataset.from_dict(
                     {"input_ids": ids, "label": label_ids(column(ds, self.label_column), names),
                      "row_id": column(ds, "row_id")}
@@ -284,6 +309,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 "source": source.where,
                 "roles": roles,
                 "bad_rows": stats.counts,
+                "truncation": truncation,  # split -> text column -> {rows, tokens} that truncation removed
                 "leakage": leakage,
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -351,13 +377,22 @@ class TextClassificationDataModule(pl.LightningDataModule):
                              for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
-            log.warning("%s: dropped empty or whitespace-only texts: %s.", self.name, per_split("dropped_empty"))
+            log.warning("%s: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only "
+                        "zero-width or control characters): %s.", self.name, per_split("dropped_empty"))
         if per_split("invalid_utf8"):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))
         if per_split("truncated"):
+            removed: dict[str, dict[str, int]] = {}
+            for by_column in (meta.get("truncation") or {}).values():
+                for col, c in by_column.items():
+                    total = removed.setdefault(col, {"rows": 0, "tokens": 0})
+                    total["rows"] += c["rows"]
+                    total["tokens"] += c["tokens"]
+            what = "; truncation removed, per text column: " + ", ".join(
+                f"{col} {c['tokens']:,} tokens from {c['rows']:,} rows" for col, c in removed.items()) if removed else ""
             log.info("%s: texts longer than data.max_length=%d tokens, truncated: %s (raise data.max_length to "
-                     "keep more of them).", self.name, self.max_length, per_split("truncated"))
+                     "keep more of them)%s.", self.name, self.max_length, per_split("truncated"), what)
 
     def _log_leakage(self, meta: dict[str, Any]) -> None:
         """One log line: how many validation and test texts occur in the training texts (counts before caps)."""
@@ -370,9 +405,15 @@ class TextClassificationDataModule(pl.LightningDataModule):
             return (f"{split} {c['verbatim']:,} of {c['n']:,} identical to a training text, "
                     f"{c['substring']:,} contained as a substring")
 
-        how = ("phrase-level data: a phrase went with the sentences containing it" if leak["phrase_level"] else
-               "identical texts kept on one side" + ("" if leak["containment_searched"] else
-                                                     " (texts too long for the phrase-containment search)"))
+        how = "identical texts kept on one side"
+        contained = leak.get("units", 0) - leak.get("maximal_units", 0)
+        if leak["phrase_level"] and contained > 0:
+            how += (f", and the {contained:,} of {leak['units']:,} distinct texts that occur inside a longer text "
+                    "kept with a text containing them")
+        if not leak["containment_searched"]:
+            how += " (texts too long for the containment search)"
+        if leak.get("moved_to_train"):
+            how += f"; {leak['moved_to_train']:,} validation rows whose text occurs in a training text moved to train"
         caps = " Counted on the full splits, before data.max_*_samples." if (
             self.max_train_samples or self.max_eval_samples) else ""
         val = (f"validation: the dataset's split {leak['val_from']}" if leak.get("val_from") else

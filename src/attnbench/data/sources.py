@@ -1,9 +1,11 @@
-"""Where the rows come from: local files (``data_files``), the local mirror layout, the Hub, packaged data.
+"""Where the rows come from: a generated task, local files (``data_files``), the local mirror layout, the Hub,
+packaged data.
 
-Order: ``data_files`` when set (read with ``builder``); else ``<local_dir>/<name>/<split>.parquet`` when the
-needed files exist (the layout ``scripts/mirror_data.py`` writes); else the Hugging Face Hub (``hub_id``,
-``hub_config``); else, for the two datasets shipped inside the package (SST-2 and TREC, 3.2 MB of Parquet), the
-packaged copy, so a fresh install trains with nothing exported and no network.
+Order: ``generator`` when set (:mod:`attnbench.data.generated`, nothing read); ``data_files`` when set (read
+with ``builder``); else ``<local_dir>/<name>/<split>.parquet`` when the needed files exist (the layout
+``scripts/mirror_data.py`` writes); else the Hugging Face Hub (``hub_id``, ``hub_config``); else, for the two
+datasets shipped inside the package (SST-2 and TREC, 3.2 MB of Parquet), the packaged copy, so a fresh install
+trains with nothing exported and no network.
 
 The Hub is asked once: a single short TCP probe of the endpoint (``HF_ENDPOINT``, default huggingface.co,
 :data:`PROBE_TIMEOUT_S`) runs before ``load_dataset``, whose own retries take 20-24 s offline. With
@@ -25,6 +27,7 @@ from urllib.parse import urlparse
 
 from attnbench.data.config import BUILDERS, VAL_SPLIT_NAMES, DataConfig
 from attnbench.data.errors import DataConfigError, DataUnavailableError
+from attnbench.data.generated import SPLIT_NAMES
 from attnbench.paths import user_path
 
 if TYPE_CHECKING:  # ``datasets`` (about 1 s to import) loads only where rows are read
@@ -155,7 +158,7 @@ class Plan:
     """Where the rows of a config come from, found by :func:`resolve_source` without reading a row.
 
     Attributes:
-        kind: ``files`` (``data.data_files``), ``local`` (``<local_dir>/<name>/<split>.parquet``), ``hub`` or
+        kind: ``generated`` (``data.generator``), ``files`` (``data.data_files``), ``local`` (``<local_dir>/<name>/<split>.parquet``), ``hub`` or
             ``package`` (the copy shipped with attnbench).
         files: split -> the absolute paths to read (empty for ``hub``).
         roles: which split plays train, val and test (``None`` for ``hub``: the Hub's splits are known once loaded).
@@ -202,6 +205,8 @@ def resolve_source(cfg: DataConfig, local_dir: Path | None) -> Plan:
         DataConfigError: a ``data.data_files`` file that does not exist, a split without an entry there
             (:meth:`DataConfig.check_data_files`).
     """
+    if cfg.generator is not None:
+        return Plan("generated", {}, _roles(cfg, list(SPLIT_NAMES)), f"generated:{cfg.generator}", [])
     if cfg.data_files is not None:
         cfg.check_data_files()  # every file exists, every split named has an entry
         files = {s: [str(user_path(p)) for p in paths] for s, paths in cfg.data_files.items()}
@@ -254,6 +259,17 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
         DataConfigError: a file that cannot be read, a split the source lacks.
     """
     plan = resolve_source(cfg, local_dir)
+    if plan.kind == "generated":
+        import datasets
+
+        from attnbench.data.generated import generated_splits, split_sizes
+
+        sizes = split_sizes(cfg.num_train, cfg.val_size, cfg.test_size)
+        log.info("Generating %s (%s): %d pairs per example, %d keys, %d values; %s rows (train/validation/test), "
+                 "seed %d", cfg.name, cfg.generator, cfg.num_pairs, cfg.num_keys, cfg.num_values,
+                 "/".join(f"{n:,}" for n in sizes.values()), cfg.split_seed)
+        raw, key = generated_splits(cfg)
+        return Source(datasets.DatasetDict({s: raw[s] for s in needed(plan.roles)}), plan.roles, plan.where, key)
     if plan.kind == "files":
         log.info("Loading %s from local %s files (%s)", cfg.name, cfg.builder, ", ".join(
             f"{s}: {', '.join(p)}" for s, p in plan.files.items()))
@@ -261,7 +277,7 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
     if plan.kind == "local":
         log.info("Loading %s from local Parquet files in %s", cfg.name, local_dir / cfg.name)
         return _read_plan(cfg, plan)
-    if plan.missing and cfg.hub_id:  # with nowhere else to look, the error says it once (not a warning, then the same)
+    if plan.missing and cfg.hub_id and plan.kind == "hub":  # a packaged copy says it in its own line
         log.warning("Local data not found (%s); trying the Hugging Face Hub (%s).",
                     ", ".join(str(local_dir / cfg.name / m) for m in plan.missing), cfg.hub_id)
     if plan.kind == "hub":
@@ -282,9 +298,30 @@ def load_source(cfg: DataConfig, local_dir: Path | None) -> Source:
                 raise DataConfigError(f"{cfg.hub_id} has no split(s) {absent}; it has {list(raw)}. Set "
                                       "data.train_split / data.test_split (null: carve a test set) / data.val_split.")
             return Source(datasets.DatasetDict({s: raw[s] for s in needed(roles)}), roles, plan.where, plan.key)
-    log.warning("%s: the Hub is not reachable (%s) and no local files were found: using the copy packaged "
-                "with attnbench (%s).", cfg.name, plan.hub_error, PACKAGED_DIR / cfg.name)
+    _say_packaged(cfg, local_dir, plan)
     return _read_plan(cfg, plan)
+
+
+_SAID_PACKAGED: set[tuple[str, str | None]] = set()  # (name, local_dir) already said in this process
+
+
+def _say_packaged(cfg: DataConfig, local_dir: Path | None, plan: Plan) -> None:
+    """One line, once per process and dataset (a sweep's jobs share the process), that the packaged copy is used.
+
+    INFO when no local data dir is set (the documented default of a fresh install: the packaged SST-2/TREC);
+    WARNING when ``data.local_dir`` / ``ATTNBENCH_DATA_DIR`` names a folder that lacks the files (that folder was
+    meant to be read). The Hub's error is logged at DEBUG.
+    """
+    said = (cfg.name, None if local_dir is None else str(local_dir))
+    if said in _SAID_PACKAGED:
+        return
+    _SAID_PACKAGED.add(said)
+    log.debug("%s: the Hub is not reachable (%s)", cfg.name, plan.hub_error)
+    if local_dir is None:
+        log.info("%s: using the copy packaged with attnbench (no ATTNBENCH_DATA_DIR, Hub not reachable).", cfg.name)
+    else:
+        log.warning("%s: using the copy packaged with attnbench (%s lacks it, Hub not reachable).", cfg.name,
+                    local_dir / cfg.name)
 
 
 def _unavailable_message(cfg: DataConfig, local_dir: Path | None, missing: list[str], hub_error: str) -> str:

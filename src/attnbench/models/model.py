@@ -10,6 +10,8 @@ from torch import Tensor, nn
 
 from attnbench.attention import MultiHeadAttention
 
+POOLINGS = ("mean", "max", "cls", "last")
+
 
 class TransformerBlock(nn.Module):
     """Pre-LayerNorm Transformer encoder block (Xiong et al. 2020 placement).
@@ -66,8 +68,9 @@ class TransformerClassifier(nn.Module):
         dropout: dropout on embeddings, residual branches and before the head.
         attn_dropout: dropout on attention weights.
         pooling: ``"mean"`` (masked mean over non-padding tokens), ``"max"``
-            (masked max over them), or ``"cls"`` (a learned [CLS] vector
-            prepended to every sequence).
+            (masked max over them), ``"cls"`` (a learned [CLS] vector
+            prepended to every sequence), or ``"last"`` (the last non-padding
+            token, e.g. a query placed at the end; padding is on the right).
         pad_id: token id used for padding (its embedding row stays zero).
 
     Shapes: ``forward(input_ids: B×L long, padding_mask: bool B×L, True = pad)
@@ -106,8 +109,8 @@ class TransformerClassifier(nn.Module):
         for name, p in (("dropout", dropout), ("attn_dropout", attn_dropout)):
             if not 0.0 <= p < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {p}")
-        if pooling not in ("mean", "max", "cls"):
-            raise ValueError(f"model.pooling must be 'mean', 'max' or 'cls', got {pooling!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"model.pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooling = pooling
         self.pad_id = pad_id
         n_positions = max_length + (1 if pooling == "cls" else 0)
@@ -162,6 +165,9 @@ class TransformerClassifier(nn.Module):
         x = self.final_norm(x)
         if self.cls_embedding is not None:
             pooled = x[:, 0]
+        elif self.pooling == "last":  # right padding: the last real token is at length - 1
+            last = (~padding_mask).sum(1).clamp_min(1) - 1
+            pooled = x[torch.arange(b, device=x.device), last]
         elif self.pooling == "max":
             pooled = x.masked_fill(padding_mask.unsqueeze(-1), float("-inf")).amax(1)
             pooled = pooled.masked_fill(padding_mask.all(1, keepdim=True), 0.0)  # an all-padding row

@@ -480,3 +480,47 @@ def test_a_bug_in_a_callback_constructor_keeps_its_own_exception():
         build(node, "callbacks")
     assert "int() argument must be" in str(err.value)
     assert err.traceback[-1].name == "__init__"  # the constructor's own frame, not Hydra's wrapper
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_it_was(toy, tmp_path):
+    """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
+    run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
+    refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
+    model, a damaged checkpoint) ends in one line and leaves every byte of the dir as it was."""
+    finished, stopped = tmp_path / "finished", tmp_path / "stopped"
+    base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
+    proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={finished}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import shutil
+
+    shutil.copytree(finished, stopped)
+    (stopped / "metrics.json").unlink()  # killed while testing: a run ckpt_path=last continues
+    damaged = tmp_path / "damaged"
+    shutil.copytree(stopped, damaged)
+    last = (damaged / "checkpoints" / "last.ckpt").resolve()
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    cases = [
+        (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
+        (stopped, ["optim.lr=-1"], "optim.lr must be a number > 0, got -1"),
+        (stopped, ["model=small"], "holds the weights of another model than this run builds"),
+        (damaged, [], "is not a readable checkpoint (truncated or damaged"),
+    ]
+    for run_dir, extra, message in cases:
+        before = _files(run_dir)
+        proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", *extra, "ckpt_path=last",
+                     f"hydra.run.dir={run_dir}"])
+        assert proc.returncode == 1, (extra, proc.stderr[-3000:])
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        assert len(errors) == 1 and message in errors[0], (extra, proc.stderr[-3000:])
+        assert "Traceback" not in proc.stderr
+        assert _files(run_dir) == before, extra
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):
+    proc = _cli(["logger=none", "hydra.run.dir=/proc/attnbench-x"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("Error: cannot create the output dir /proc/attnbench-x")

@@ -194,7 +194,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
         from attnbench.run.train import train
 
         with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
-            summary = train(cfg)
+            summary = train(cfg, config_checked=True)
         if metric and summary.get(metric) is None:
             raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
     except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
@@ -214,3 +214,7 @@ def main() -> None:
     """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`run_cli`."""
     warnings.showwarning = _show_warning
     run_cli(hydra_main)
+
+
+if __name__ == "__main__":  # `python -m attnbench.run.cli ...`: how DDP child processes run the job (run/ddp.py)
+    main()

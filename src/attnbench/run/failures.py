@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from attnbench.errors import AttnbenchError, ConfigError, OutOfMemory, OutputWriteError, RunInterrupted, write_error
+from attnbench.run.loggers import finish_wandb
 from attnbench.run.outputs import FAILURE_FILE, write_failure
 
 if TYPE_CHECKING:
-    from attnbench.callbacks.interrupt_checkpoint import InterruptCheckpoint
+    from attnbench.run.resume import InterruptCheckpoint
 
 log = logging.getLogger("attnbench")
 
@@ -107,7 +108,7 @@ class FailureHandler:
     Args:
         cfg: the run's composed config (for the messages: ``data.*`` sizes, ``attention.chunk_bytes``).
         output_dir: the job's output dir (``failure.json``).
-        interrupt: the run's :class:`~attnbench.callbacks.interrupt_checkpoint.InterruptCheckpoint` (the trainer,
+        interrupt: the run's :class:`~attnbench.run.resume.InterruptCheckpoint` (the trainer,
             the signal, the checkpoint written).
     """
 
@@ -212,19 +213,6 @@ class FailureHandler:
         checkpoint = self.interrupt.checkpoint
         write_failure(self.output_dir, err, where=self._where(),
                       checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer), metrics=metrics)
-
-
-def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
-    """``wandb.finish`` of a started run; a failure is a warning (W&B never hides the real error)."""
-    if wandb_logger is None:
-        return
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=exit_code)
-    except Exception as err:  # noqa: BLE001 - W&B must never hide the real error
-        log.warning("W&B finish failed: %s", err)
 
 
 def hydra_error_message(err: BaseException) -> str | None:

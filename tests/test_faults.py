@@ -524,3 +524,44 @@ def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):
     proc = _cli(["logger=none", "hydra.run.dir=/proc/attnbench-x"])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("Error: cannot create the output dir /proc/attnbench-x")
+
+
+def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    """Issue 38 #3/#4: a kill or a full disk during a checkpoint write left a truncated last.ckpt (the good one
+    gone) and temp files in $TMPDIR, and the message named Lightning's temp file. The write goes to a temporary
+    file in the checkpoint's own folder, then os.replace; a failed write removes it and names the checkpoint."""
+    import errno
+
+    from attnbench.run import resume
+    from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+
+    folder = tmp_path / "checkpoints"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 13, "state_dict": {"w": torch.ones(1000)}}, folder / "last.ckpt")
+    good = (folder / "last.ckpt").read_bytes()
+
+    def disk_full(obj, path):
+        Path(path).write_bytes(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(resume.torch, "save", disk_full)
+    with pytest.raises(OSError) as err:
+        io.save_checkpoint({"global_step": 26}, folder / "last.ckpt")
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(folder / "last.ckpt")
+    assert (folder / "last.ckpt").read_bytes() == good and sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    monkeypatch.undo()
+    # a kill in the middle of the write (SIGKILL: no clean-up runs): the previous file is whole and still the one
+    # `ckpt_path=last` takes; the partial write lies in checkpoints/ under a name no resume picks
+    script = (f"import os, signal, torch\nfrom attnbench.run import resume\n"
+              f"def killed(obj, path):\n    open(path, 'wb').write(b'half')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"resume.torch.save = killed\n"
+              f"resume.AtomicCheckpointIO().save_checkpoint({{'global_step': 26}}, {str(folder / 'last.ckpt')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (folder / "last.ckpt").read_bytes() == good
+    assert resume.resolve_checkpoint("last", tmp_path) == str(folder / "last.ckpt")
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 13
+    # a damaged file is named in one line
+    (folder / "last.ckpt").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ConfigError, match=r"last\.ckpt is not a readable checkpoint \(truncated or damaged"):
+        load_checkpoint(folder / "last.ckpt")

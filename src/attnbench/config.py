@@ -366,4 +366,11 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{file}"
 
 
+def fold_suffix(cv_folds: Any, fold: Any) -> str:
+    """``${attnbench.fold:${data.cv_folds},${data.fold}}`` in ``run_name``: ``-fold<k>`` when the run tests fold k
+    of a cross-validation (``data.cv_folds`` set), else nothing."""
+    return f"-fold{fold}" if cv_folds else ""
+
+
 OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)
+OmegaConf.register_new_resolver("attnbench.fold", fold_suffix, replace=True)

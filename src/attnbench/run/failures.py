@@ -13,24 +13,74 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import logging
 import math
 import shlex
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
 from attnbench.errors import AttnbenchError, ConfigError, OutOfMemory, OutputWriteError, RunInterrupted, write_error
+from attnbench.run.ddp import global_rank_from_env
 from attnbench.run.loggers import finish_wandb
-from attnbench.run.outputs import FAILURE_FILE, write_failure
+from attnbench.run.outputs import FAILURE_FILE, job_output_dir, record_failure, write_failure
 
 if TYPE_CHECKING:
     from attnbench.run.resume import InterruptCheckpoint
 
 log = logging.getLogger("attnbench")
+
+
+def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """The Hydra task's one exit for every failure: ``failure.json`` in the job's dir (and ``error.json`` in a
+    sweep), then for the user's input or a fault (:class:`AttnbenchError`) one ``Error: ...`` line and exit code
+    1 (or the signal's), for a bug its traceback. In a multirun the error goes back to Hydra, so the other jobs
+    still run, the Optuna sweeper records the trial as failed, and ``SweepReport`` lists the jobs at the end."""
+
+    @functools.wraps(task)
+    def wrapped(cfg: DictConfig) -> Any:
+        try:
+            return task(cfg)
+        except Exception as err:
+            if _is_rank_zero(cfg):
+                record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
+            if isinstance(err, AttnbenchError):  # the user's input or a fault, not a bug: no traceback
+                _report(err)
+                if _in_sweep() and not isinstance(err, RunInterrupted):
+                    raise
+                raise SystemExit(getattr(err, "exit_code", 1)) from None
+            if _in_sweep():
+                log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
+            raise
+
+    return wrapped
+
+
+def _report(err: BaseException) -> None:
+    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
+    ERROR record in the job's log files (``train.log``)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    print(f"Error: {err}", file=sys.stderr, flush=True)
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _is_rank_zero(cfg: DictConfig) -> bool:
+    devices = (cfg.get("trainer") or {}).get("devices", 1)
+    return global_rank_from_env(int(devices) if isinstance(devices, int) and devices > 0 else 1) == 0
 
 
 def invalid_config(err: ValueError | KeyError | TypeError) -> ConfigError:
@@ -193,7 +243,9 @@ class FailureHandler:
             yield self
         except BaseException as err:
             user_error = self.translate(err)
-            self._write_failure(user_error or err)
+            if not self._write_failure(user_error or err) and isinstance(user_error, OutputWriteError):
+                user_error = OutputWriteError(str(user_error).replace(
+                    f" and {self.output_dir / FAILURE_FILE}", f" ({FAILURE_FILE} could not be written either)"))
             with contextlib.suppress(AttributeError):  # the command line writes failure.json for the other failures
                 (user_error or err).failure_recorded = True
             finish_wandb(wandb_logger, exit_code=getattr(user_error, "exit_code", 1))
@@ -201,7 +253,7 @@ class FailureHandler:
                 raise
             raise user_error from None
 
-    def _write_failure(self, err: BaseException) -> None:
+    def _write_failure(self, err: BaseException) -> bool:
         from attnbench.callbacks.nan_guard import last_checkpoint
 
         metrics = {}
@@ -211,8 +263,9 @@ class FailureHandler:
                     value = float(v)
                     metrics[k] = value if math.isfinite(value) else str(value)
         checkpoint = self.interrupt.checkpoint
-        write_failure(self.output_dir, err, where=self._where(),
-                      checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer), metrics=metrics)
+        return write_failure(self.output_dir, err, where=self._where(),
+                             checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer),
+                             metrics=metrics)
 
 
 def hydra_error_message(err: BaseException) -> str | None:

@@ -136,11 +136,11 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
 
 
 def write_failure(output_dir: Path, err: BaseException, where: str = "before training",
-                  checkpoint: str | None = None, metrics: dict[str, Any] | None = None) -> None:
+                  checkpoint: str | None = None, metrics: dict[str, Any] | None = None) -> bool:
     """``<output_dir>/failure.json``: ``status`` (failed or interrupted), ``error`` (the message),
     ``error_type``, ``where`` (the step, or "before training" for config and data faults), ``checkpoint``
     (the one to resume from, or null) and ``metrics_so_far``. Written atomically; a failed write is a
-    warning (the original error is what the user must see)."""
+    warning (the original error is what the user must see). Returns whether the file was written."""
     record = {
         "status": "interrupted" if isinstance(err, RunInterrupted) else "failed",
         "error": str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}",
@@ -153,8 +153,10 @@ def write_failure(output_dir: Path, err: BaseException, where: str = "before tra
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         write_json(output_dir / FAILURE_FILE, record)
+        return True
     except OSError as write_err:
         log.warning("Could not write %s: %s", Path(output_dir) / FAILURE_FILE, write_err)
+        return False
 
 
 def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_sweep: bool) -> None:

@@ -17,6 +17,8 @@ the batches the uninterrupted run took next, with or without loader workers.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import math
 import os
@@ -121,17 +123,27 @@ def check_checkpoint_fits(path: str, module: torch.nn.Module) -> None:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's ``torch.save`` of a checkpoint, into ``.<name>.tmp`` in the checkpoint's own folder, then
     ``os.replace``: a kill or a full disk during the write leaves the previous file whole and no partial one
-    under the final name (the temporary file is removed when the write fails)."""
+    under the final name (the temporary file is removed when the write fails).
+
+    Raises:
+        OSError: the write failed (a full disk, no permission), with ``filename`` the checkpoint's final path.
+    """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(checkpoint, tmp)
             os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+        except BaseException as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            cause = err if isinstance(err, OSError) else err.__cause__ or err.__context__
+            if isinstance(cause, OSError) and cause.errno is not None and cause.filename in (None, str(tmp)):
+                raise OSError(cause.errno, cause.strerror, str(path)) from err  # the file, not its temporary name
+            if not isinstance(cause, OSError) and "No space left on device" in str(err):  # torch's stream writer
+                raise OSError(errno.ENOSPC, "No space left on device", str(path)) from err
             raise
 
 

@@ -34,8 +34,8 @@ def machine_boot() -> str:
 
     Two rates measured under one value were measured on one machine between two restarts; a rate of another
     machine, or of the same virtual machine started again (its hostname may be the same), gets another value.
-    :func:`attnbench.report_stats.summarise` pairs rates only within one value, since the same jobs ran 40%
-    faster on one such machine than on another (compare re-run, 2026-11).
+    :func:`attnbench.report_stats.summarise` pairs rates only within one value (two machines of one name can
+    differ in speed).
     """
     node = socket.gethostname() or "unknown-host"
     try:

@@ -66,7 +66,9 @@ class FreshOutputDir(HydraCallback):
     """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken).
 
     Runs before Hydra creates the job directory, so neither ``.hydra/`` nor
-    ``train.log`` of an earlier run is touched.
+    ``train.log`` of an earlier run is touched. A single run that resumes (``ckpt_path``) continues in the dir it
+    names; when that dir holds files, Hydra's ``.hydra/`` copy is set aside and the job holds its writes there
+    until training starts (:func:`attnbench.run.outputs.hold_writes`).
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -225,9 +227,3 @@ def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
     if len(failed) < len(records):
         lines.append(f"Report: python scripts/report.py {sweep_dir}")
     return "\n".join(lines), len(failed)
-
-
-def sweep_failure_summary(sweep_dir: Path | None) -> str | None:
-    """:func:`sweep_summary`'s text when a job failed, else ``None``."""
-    text, failed = sweep_summary(sweep_dir)
-    return text if failed else None

@@ -290,8 +290,19 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
             link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
     finish_wandb(wandb_logger)
     to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
-    print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
+    # once, headline first; all figures are in metrics.json
+    print(format_summary(summary, {**info, **class_balance(datamodule)}), flush=True)
     return summary
+
+
+def class_balance(datamodule: Any) -> dict[str, Any]:
+    """``num_classes`` and ``test_largest_class_share`` (the fraction of the test split in its largest class:
+    the accuracy of always answering that class), or ``{}`` for a data module without those."""
+    labels = getattr((getattr(datamodule, "splits", None) or {}).get("test"), "labels", None)
+    if not labels:
+        return {}
+    largest = max(labels.count(label) for label in set(labels))
+    return {"num_classes": int(datamodule.num_classes), "test_largest_class_share": largest / len(labels)}
 
 
 def steps_done_and_planned(trainer: pl.Trainer) -> dict[str, float]:

@@ -184,8 +184,10 @@ def reference(tmp_path_factory, data_dir, cache_dir):
                    *_keep(after)], -signal.SIGKILL) for after, names in stopped.items() for name in names]
     jobs.append(([*STOPS["max_epochs"], *ACCUMULATE, f"hydra.run.dir={root / 'reference-accumulate'}",
                   *_record(root / "reference-accumulate.batches.jsonl")], 0))
-    jobs.append(([*STOPS["max_steps"], *RANDOM, f"hydra.run.dir={root / 'reference-random'}",
-                  *_record(root / "reference-random.batches.jsonl")], 0))
+    # the same checkpoint callbacks as the runs it is compared with: the last of two save_last callbacks decides
+    # which step last.ckpt holds at the stop
+    jobs.append(([*STOPS["max_steps"], *RANDOM, "callbacks.last_checkpoint.every_n_train_steps=10",
+                  f"hydra.run.dir={root / 'reference-random'}", *_record(root / "reference-random.batches.jsonl")], 0))
     jobs += [([*STOPS[stop], *extra, *stop_args, f"hydra.run.dir={root / f'mid-epoch-{case}'}",
                *_record(root / f"mid-epoch-{case}.first.jsonl")], code)
              for case, (stop, extra, stop_args, code, *_) in MID_EPOCH.items()]

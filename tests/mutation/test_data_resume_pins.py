@@ -490,3 +490,18 @@ def test_checkpoint_extras_reads_full_lightning_checkpoints(tmp_path):
     torch.save({"hyper_parameters": argparse.Namespace(lr=0.1), "state_dict": {"w": torch.ones(2)},
                 "attnbench": {"wandb_run": None}, "global_step": 5, "epoch": 1}, path)
     assert checkpoint_extras(str(path)) == {"wandb_run": None, "global_step": 5, "epoch": 1}
+
+
+def test_a_resume_is_called_exact_only_if_the_loader_started_where_the_checkpoint_left_off(caplog):
+    """The first training batch after a mid-epoch resume: a loader that started elsewhere in the epoch's order (or
+    at another epoch) turns resume.exact to false, with where it started and where it should have."""
+    for started_at, exact in (((1, 7), True), ((0, 0), False), ((1, 0), False)):
+        cb = rs.ResumeState()
+        cb.replay = {"epoch": 1, "batches_done": 7, "batches_per_epoch": 13, "exact": True}
+        cb._expected_start = (1, 7)
+        trainer = SimpleNamespace(global_step=20, train_dataloader=SimpleNamespace(started_at=started_at))
+        cb.on_train_batch_start(trainer, None, None, 0)
+        assert cb.replay["exact"] is exact and cb._expected_start is None
+        if not exact:
+            assert cb.replay["reason"] == (f"the training loader started epoch {started_at[0]} at batch "
+                                           f"{started_at[1]}, not at batch 7 of epoch 1")

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def global_rank_from_env(devices_per_node: int = 1) -> int:
@@ -40,6 +41,12 @@ def global_rank_from_env(devices_per_node: int = 1) -> int:
     node = int(env.get("NODE_RANK", env.get("GROUP_RANK", "0")) or 0)
     local = int(env.get("LOCAL_RANK", "0") or 0)
     return node * max(1, devices_per_node) + local
+
+
+def processes_per_node(cfg: Any) -> int:
+    """``trainer.devices`` when it is a count of processes, else 1 (``auto``, a device list)."""
+    devices = (cfg.get("trainer") or {}).get("devices", 1)
+    return int(devices) if isinstance(devices, int) and devices > 0 else 1
 
 
 _LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from attnbench.errors import AttnbenchError, ConfigError, OutOfMemory, OutputWriteError, RunInterrupted, write_error
-from attnbench.run.ddp import global_rank_from_env
+from attnbench.run.ddp import global_rank_from_env, processes_per_node
 from attnbench.run.loggers import finish_wandb
 from attnbench.run.outputs import FAILURE_FILE, job_output_dir, record_failure, write_failure
 
@@ -79,8 +79,7 @@ def _in_sweep() -> bool:
 
 
 def _is_rank_zero(cfg: DictConfig) -> bool:
-    devices = (cfg.get("trainer") or {}).get("devices", 1)
-    return global_rank_from_env(int(devices) if isinstance(devices, int) and devices > 0 else 1) == 0
+    return global_rank_from_env(processes_per_node(cfg)) == 0
 
 
 def invalid_config(err: ValueError | KeyError | TypeError) -> ConfigError:

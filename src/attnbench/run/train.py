@@ -35,7 +35,7 @@ from attnbench.callbacks.throughput import Throughput
 from attnbench.config import check_run_config
 from attnbench.models.module import TextClassifierModule
 from attnbench.run.console import format_summary
-from attnbench.run.ddp import global_rank_from_env, use_job_command_for_ddp_children
+from attnbench.run.ddp import global_rank_from_env, processes_per_node, use_job_command_for_ddp_children
 from attnbench.run.failures import FailureHandler, from_instantiation, invalid_config
 from attnbench.run.loggers import finish_wandb, wandb_summary
 from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, release_writes, write_json
@@ -104,11 +104,6 @@ def multirun_group(cfg: DictConfig) -> str | None:
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         return f"{cfg.task_name}-{Path(HydraConfig.get().sweep.dir).name}"
     return None
-
-
-def processes_per_node(cfg: DictConfig) -> int:
-    devices = cfg.trainer.get("devices", 1)
-    return int(devices) if isinstance(devices, int) and devices > 0 else 1
 
 
 def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any]:

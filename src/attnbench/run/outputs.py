@@ -1,7 +1,8 @@
-"""What a job writes into its output dir besides checkpoints and logs: ``metrics.json``, ``failure.json``,
-``error.json``; the never-overwrite rule; one copy of the final checkpoint.
+"""A job's output dir: where it is, the never-overwrite rule, writes held while a resume has not started
+training, atomic files (``metrics.json``; ``failure.json`` and ``error.json`` are written by
+:mod:`attnbench.run.failures`), one copy of the final checkpoint.
 
-No torch import at module level: the command line writes ``failure.json`` for config errors before torch loads.
+No torch import at module level: the command line checks the dir before torch loads.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnbench.errors import AttnbenchError, OutputDirTaken, RunInterrupted
+from attnbench.errors import OutputDirTaken
 
 log = logging.getLogger("attnbench")
 
 FAILURE_FILE = "failure.json"
-ERROR_FILE = "error.json"
 
 #: A job that continues in a dir holding a previous run's files (``ckpt_path`` with ``hydra.run.dir=<run dir>``)
 #: holds its writes there until training starts (:func:`release_writes`): Hydra's ``.hydra/`` copy of the config
@@ -133,55 +133,6 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
             f"{output_dir} already holds a previous run's outputs ({', '.join(taken)}); it is never overwritten. "
             "Choose another output dir (hydra.run.dir=...) or move that run away."
         )
-
-
-def write_failure(output_dir: Path, err: BaseException, where: str = "before training",
-                  checkpoint: str | None = None, metrics: dict[str, Any] | None = None) -> bool:
-    """``<output_dir>/failure.json``: ``status`` (failed or interrupted), ``error`` (the message),
-    ``error_type``, ``where`` (the step, or "before training" for config and data faults), ``checkpoint``
-    (the one to resume from, or null) and ``metrics_so_far``. Written atomically; a failed write is a
-    warning (the original error is what the user must see). Returns whether the file was written."""
-    record = {
-        "status": "interrupted" if isinstance(err, RunInterrupted) else "failed",
-        "error": str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}",
-        "error_type": type(err).__name__,
-        "where": where,
-        "checkpoint": checkpoint,
-        "metrics_so_far": metrics or {},
-    }
-    try:
-        output_dir = Path(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / FAILURE_FILE, record)
-        return True
-    except OSError as write_err:
-        log.warning("Could not write %s: %s", Path(output_dir) / FAILURE_FILE, write_err)
-        return False
-
-
-def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_sweep: bool) -> None:
-    """``<output_dir>/failure.json`` for any failed job (config and data faults included), unless the fault
-    handler of training wrote it for this error (with the step and checkpoint), or the dir holds another run; in a
-    sweep also ``error.json`` (the job's overrides and the error). Call it on rank 0 only."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if isinstance(err, OutputDirTaken) or writes_held():  # another run's dir, or one this job has not written to
-        return
-    if not getattr(err, "failure_recorded", False):  # the training fault handler wrote it, with step and checkpoint
-        trained = any((output_dir / "checkpoints").glob("*.ckpt"))
-        write_failure(output_dir, err, where="after training" if trained else "before training")
-    if not in_sweep:
-        return
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / ERROR_FILE, {
-            "status": "failed",
-            "error": f"{type(err).__name__}: {err}",
-            "run_name": str(cfg.get("run_name")),
-            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
-        })
-    except Exception as write_err:  # noqa: BLE001 - never hide the original error
-        log.warning("Could not write error.json: %s", write_err)
 
 
 def link_last_to_best(best: Path, last: Path) -> bool:

@@ -61,7 +61,7 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnbench.callbacks.run_stats import RunStats, batch_size, num_tokens
+from attnbench.callbacks.throughput import Throughput, batch_size, num_tokens
 from attnbench.models.module import TextClassifierModule
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
@@ -203,13 +203,13 @@ class FirstStepTimer(pl.Callback):
 
 def lightning_run(cfg, dm, steps: int, warmup: int, log_dir: str, attention: dict | None = None,
                   extra_callbacks: tuple[pl.Callback, ...] = ()) -> float:
-    """attnbench's training step under a Lightning Trainer; returns tokens/s from ``RunStats``."""
+    """attnbench's training step under a Lightning Trainer; returns tokens/s from ``Throughput``."""
     kwargs = module_kwargs(cfg)
     if attention is not None:
         kwargs["attention"] = attention
     module = TextClassifierModule(vocab_size=dm.vocab_size, num_classes=dm.num_classes, max_length=dm.max_length,
                                   pad_id=dm.pad_id, **kwargs)
-    stats = RunStats(warmup_steps=warmup)
+    stats = Throughput(warmup_steps=warmup)
     callbacks = [
         stats,
         pl.callbacks.ThroughputMonitor(batch_size_fn=batch_size, length_fn=num_tokens, window_size=50, separator="/"),

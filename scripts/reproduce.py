@@ -276,7 +276,7 @@ def _check_hub_cache(data: dict) -> None:
 
 
 def host_tag(host: str) -> str:
-    """A :func:`attnbench.callbacks.run_stats.machine_boot` value as a folder-name suffix: ``vm/c4397b6f`` ->
+    """A :func:`attnbench.callbacks.throughput.machine_boot` value as a folder-name suffix: ``vm/c4397b6f`` ->
     ``vm-c4397b6f`` (letters, digits, ``.``, ``_`` and ``-`` only)."""
     return "".join(c if c.isalnum() or c in "._-" else "-" for c in host)
 
@@ -295,7 +295,7 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
 
     Args:
         jobs: the plan (:func:`plan`), in order.
-        here: this machine's :func:`attnbench.callbacks.run_stats.machine_boot`.
+        here: this machine's :func:`attnbench.callbacks.throughput.machine_boot`.
         baseline: the ``attention`` value the reports pair with.
 
     Returns:
@@ -1075,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = plan(stages, out, args.grid, args.extra)
     twins: list[Job] = []
     if not args.no_baseline_twins:
-        from attnbench.callbacks.run_stats import machine_boot
+        from attnbench.callbacks.throughput import machine_boot
 
         jobs, twins = with_baseline_twins(jobs, machine_boot())
     table = estimates(args.device, out, manifest)

@@ -84,3 +84,25 @@ def test_multirun_with_cfg_says_how_to_preview_a_sweep():
     assert proc.returncode == 2
     assert "Only one of --run, --multirun" in proc.stderr and "--cfg hydra" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cross_validation_jobs_are_named_by_their_fold():
+    """Issue 38: every job of `-m data.fold=0,...,k-1` was named scaled_dot-mr-s0; the fold is in the name."""
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        names = [compose("train", overrides=extra).run_name for extra in (
+            [], ["data.test_split=null", "data.cv_folds=10", "data.fold=7"])]
+    assert names == ["scaled_dot-sst2-s0", "scaled_dot-sst2-fold7-s0"]
+
+
+def test_a_model_config_error_answers_before_any_data_or_model_work(tmp_path):
+    """Issue 38: `model.n_heads=3` answered after 18.9 s (data preflight, torch, the model), other config errors in
+    1-2 s: the schema's checks hold the heads' rule, so it answers before torch loads, with the model's words."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "train.py", "model.n_heads=3", "logger=none",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=180, check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors == ["Error: invalid config: d_model=128 is not divisible by n_heads=3; set model.d_model to a "
+                      "multiple of model.n_heads (or set model.head_dim)."]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "attnbench.data.sources" not in imported

@@ -103,6 +103,18 @@ def test_format_summary_units():
     assert lines[7].split() == ["total", "time", "2", "min", "10", "s"]
 
 
+def test_an_imbalanced_test_set_shows_the_macro_f1_beside_the_accuracy():
+    """Issue 38: on an imbalanced dataset the headline showed test/acc only, which always answering the largest
+    class nearly reaches; the macro-F1 goes beside it, and a balanced test set keeps the one figure."""
+    summary = {"test/acc": 0.86, "test/f1_macro": 0.4624}
+    info = {"run_name": "r", "output_dir": "/o", "num_classes": 2}
+    imbalanced = format_summary(summary, {**info, "test_largest_class_share": 0.866}).splitlines()[1]
+    assert imbalanced.split() == ["test/acc", "0.8600", "(macro-F1", "0.4624;", "the", "largest", "class", "is",
+                                  "87%", "of", "the", "test", "set)"]
+    assert format_summary(summary, {**info, "test_largest_class_share": 0.51}).splitlines()[1].split() == [
+        "test/acc", "0.8600"]
+
+
 def _train(args, env, expect=0):
     proc = subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=600, check=False)

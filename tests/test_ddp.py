@@ -164,7 +164,7 @@ def test_rank_from_env_and_child_command(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "7")
     assert global_rank_from_env(4) == 7
     command = ddp_child_command(["seed=1", "optim.lr=0.001"], tmp_path / "run dir", 1)
-    assert command[1:5] == ["-m", "attnbench.run.train", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
+    assert command[1:5] == ["-m", "attnbench.run.cli", "seed=1", "optim.lr=0.001"]  # no -m of the sweep: one job
     assert f'hydra.run.dir="{tmp_path / "run dir"}"' in command and "hydra.output_subdir=null" in command
 
 
@@ -200,7 +200,7 @@ def test_ddp_eval_counts_every_row_once_and_throughput_counts_every_process(tmp_
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    from attnbench.callbacks.run_stats import num_tokens
+    from attnbench.callbacks.throughput import num_tokens
     from attnbench.models.module import TextClassifierModule
 
     out = tmp_path / "ddp"

@@ -89,7 +89,7 @@ def test_gradient_norms_split_the_fused_projection():
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/clear_refs"), reason="Linux only")
 def test_peak_memory_window_excludes_earlier_work():
-    from attnbench.callbacks.run_stats import peak_memory_bytes, reset_peak_memory
+    from attnbench.callbacks.throughput import peak_memory_bytes, reset_peak_memory
 
     cpu = torch.device("cpu")
     big = torch.ones(64 * 2**20)  # 256 MiB, touched

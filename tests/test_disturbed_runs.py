@@ -3,7 +3,7 @@
 A wall-clock rate only errs low: a run whose process was stopped (SIGSTOP) or shared its core takes longer for
 the same work. In this project's own published runs a background experiment paused during CI recorded 349
 tokens/s against 10,742 for its neighbour, and five of the 35 SST-2 compare jobs ran at half speed, moving the
-mean rate of their score function by ~10%. These tests pin the guard: RunStats' share by hand (fake clocks),
+mean rate of their score function by ~10%. These tests pin the guard: Throughput' share by hand (fake clocks),
 and the report's median over the undisturbed runs.
 """
 
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from attnbench.callbacks.run_stats import RunStats
+from attnbench.callbacks.throughput import Throughput
 from attnbench.report_stats import ACC, MIN_CPU_SHARE, STATUS_OK, disturbed_runs, summarise
 
 from .conftest import REPO_ROOT
@@ -41,8 +41,8 @@ class _Clocks:
 @pytest.fixture
 def clocks(monkeypatch):
     clocks = _Clocks()
-    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", lambda: clocks.wall)
-    monkeypatch.setattr("attnbench.callbacks.run_stats.time.thread_time", lambda: clocks.cpu)
+    monkeypatch.setattr("attnbench.callbacks.throughput.time.perf_counter", lambda: clocks.wall)
+    monkeypatch.setattr("attnbench.callbacks.throughput.time.thread_time", lambda: clocks.cpu)
     return clocks
 
 
@@ -72,7 +72,7 @@ def _test(stats, trainer, module, clocks, wall, cpu):
 
 
 def test_cpu_share_is_thread_cpu_seconds_over_wall_seconds_of_the_measured_steps(clocks):
-    stats = RunStats(warmup_steps=2)
+    stats = Throughput(warmup_steps=2)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     # two warm-up steps (left out, whatever their share), then 3 s of wall time with 1.5 s of CPU:
     # a step that got its core, one paused for 1 s (no CPU), one on a shared core (half)
@@ -84,7 +84,7 @@ def test_cpu_share_is_thread_cpu_seconds_over_wall_seconds_of_the_measured_steps
 
 
 def test_the_time_between_epochs_and_validation_is_not_counted_in_the_share(clocks):
-    stats = RunStats(warmup_steps=0)
+    stats = Throughput(warmup_steps=0)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     for i, gap in enumerate((stats.on_validation_start, stats.on_train_epoch_end, stats.on_validation_start)):
@@ -104,9 +104,9 @@ def test_the_time_between_epochs_and_validation_is_not_counted_in_the_share(cloc
 @pytest.mark.parametrize("device, world_size", [("cuda", 1), ("cpu", 2)])
 def test_no_share_on_a_gpu_or_under_ddp(clocks, monkeypatch, device, world_size):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # a CPU-only torch has no CUDA
-    monkeypatch.setattr("attnbench.callbacks.run_stats.reset_peak_memory", lambda device: None)
-    monkeypatch.setattr("attnbench.callbacks.run_stats.peak_memory_bytes", lambda device: 0)
-    stats = RunStats(warmup_steps=0)
+    monkeypatch.setattr("attnbench.callbacks.throughput.reset_peak_memory", lambda device: None)
+    monkeypatch.setattr("attnbench.callbacks.throughput.peak_memory_bytes", lambda device: 0)
+    stats = Throughput(warmup_steps=0)
     module = _module(device)
     trainer = SimpleNamespace(world_size=world_size, global_step=0, strategy=SimpleNamespace(
         root_device=torch.device("cpu"), all_gather=lambda t: torch.stack([t, t])))
@@ -123,12 +123,12 @@ def test_no_share_on_a_gpu_or_under_ddp(clocks, monkeypatch, device, world_size)
 def host(monkeypatch):
     """This process's :func:`machine_boot`, settable: ``host.name = "b/2"`` moves the run to another machine."""
     where = SimpleNamespace(name="a/1")
-    monkeypatch.setattr("attnbench.callbacks.run_stats.machine_boot", lambda: where.name)
+    monkeypatch.setattr("attnbench.callbacks.throughput.machine_boot", lambda: where.name)
     return where
 
 
 def test_machine_boot_is_the_hostname_and_the_boot_id(monkeypatch, tmp_path):
-    from attnbench.callbacks import run_stats
+    from attnbench.callbacks import throughput as run_stats
 
     boot_id = tmp_path / "boot_id"
     boot_id.write_text("c4397b6f-241b-4e55-932d-cb0672474c08\n")
@@ -145,7 +145,7 @@ def test_machine_boot_is_the_hostname_and_the_boot_id(monkeypatch, tmp_path):
 
 
 def test_a_run_names_the_host_of_its_training_and_test_rates(clocks, host):
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     _fit(stats, trainer, module, clocks, [(1.0, 1.0), (1.0, 1.0)])
     assert stats.state_dict()["hosts"] == ["a/1"]  # what a checkpoint carries on
@@ -177,7 +177,7 @@ _MEASURED_BEFORE = {"world_size": 1, "peak_mem_bytes": 0, "_train_time": 2.0, "_
 ])
 def test_a_resumed_run_names_every_host_its_measured_steps_ran_on(clocks, host, checkpoint_hosts, expected):
     checkpoint = dict(_MEASURED_BEFORE) if checkpoint_hosts is None else {**_MEASURED_BEFORE, "hosts": checkpoint_hosts}
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=2), _module()
     _resumed(stats, trainer, module, clocks, checkpoint, [(1.0, 1.0), (1.0, 1.0), (1.0, 1.0)])
     assert stats.summary["train/time_sec"] == pytest.approx(4.0, rel=1e-12)  # 2 s before + 2 measured here
@@ -188,7 +188,7 @@ def test_a_resumed_run_names_every_host_its_measured_steps_ran_on(clocks, host, 
 def test_a_run_resumed_after_its_training_keeps_the_host_its_steps_ran_on(clocks, host):
     """Killed while testing and resumed from the checkpoint its training ended with on another machine: no step is
     measured here, so the training rate (all from before) is the first machine's alone."""
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=2), _module()
     _resumed(stats, trainer, module, clocks, {**_MEASURED_BEFORE, "hosts": ["b/2"]}, [])
     assert stats.measured_on["train_host"] == "b/2"
@@ -410,7 +410,7 @@ def test_a_rate_of_mixed_or_unknown_machines_pairs_with_nothing(mixed):
 def test_one_run_stats_fitted_twice_keeps_nothing_of_the_first_fit(clocks, host):
     """Before: a second fit on machine b whose steps were all warm-up, and whose test measured nothing, ended with
     the first fit's training rate (no host: it would pair with records from before hosts) and test rate and host."""
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     _fit(stats, trainer, module, clocks, [(1.0, 1.0), (1.0, 1.0)])
     _test(stats, trainer, module, clocks, wall=1.0, cpu=1.0)

@@ -480,3 +480,88 @@ def test_a_bug_in_a_callback_constructor_keeps_its_own_exception():
         build(node, "callbacks")
     assert "int() argument must be" in str(err.value)
     assert err.traceback[-1].name == "__init__"  # the constructor's own frame, not Hydra's wrapper
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_it_was(toy, tmp_path):
+    """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
+    run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
+    refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
+    model, a damaged checkpoint) ends in one line and leaves every byte of the dir as it was."""
+    finished, stopped = tmp_path / "finished", tmp_path / "stopped"
+    base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
+    proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={finished}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import shutil
+
+    shutil.copytree(finished, stopped)
+    (stopped / "metrics.json").unlink()  # killed while testing: a run ckpt_path=last continues
+    damaged = tmp_path / "damaged"
+    shutil.copytree(stopped, damaged)
+    last = (damaged / "checkpoints" / "last.ckpt").resolve()
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    cases = [
+        (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
+        (stopped, ["optim.lr=-1"], "optim.lr must be a number > 0, got -1"),
+        (stopped, ["model=small"], "holds the weights of another model than this run builds"),
+        (damaged, [], "is not a readable checkpoint (truncated or damaged"),
+    ]
+    for run_dir, extra, message in cases:
+        before = _files(run_dir)
+        proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", *extra, "ckpt_path=last",
+                     f"hydra.run.dir={run_dir}"])
+        assert proc.returncode == 1, (extra, proc.stderr[-3000:])
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        assert len(errors) == 1 and message in errors[0], (extra, proc.stderr[-3000:])
+        assert "Traceback" not in proc.stderr
+        assert _files(run_dir) == before, extra
+
+
+def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):
+    proc = _cli(["logger=none", "hydra.run.dir=/proc/attnbench-x"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("Error: cannot create the output dir /proc/attnbench-x")
+
+
+def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    """Issue 38 #3/#4: a kill or a full disk during a checkpoint write left a truncated last.ckpt (the good one
+    gone) and temp files in $TMPDIR, and the message named Lightning's temp file. The write goes to a temporary
+    file in the checkpoint's own folder, then os.replace; a failed write removes it and names the checkpoint."""
+    import errno
+
+    from attnbench.run import resume
+    from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+
+    folder = tmp_path / "checkpoints"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 13, "state_dict": {"w": torch.ones(1000)}}, folder / "last.ckpt")
+    good = (folder / "last.ckpt").read_bytes()
+
+    def disk_full(obj, path):
+        Path(path).write_bytes(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(resume.torch, "save", disk_full)
+    with pytest.raises(OSError) as err:
+        io.save_checkpoint({"global_step": 26}, folder / "last.ckpt")
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(folder / "last.ckpt")
+    assert (folder / "last.ckpt").read_bytes() == good and sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    monkeypatch.undo()
+    # a kill in the middle of the write (SIGKILL: no clean-up runs): the previous file is whole and still the one
+    # `ckpt_path=last` takes; the partial write lies in checkpoints/ under a name no resume picks
+    script = (f"import os, signal, torch\nfrom attnbench.run import resume\n"
+              f"def killed(obj, path):\n    open(path, 'wb').write(b'half')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"resume.torch.save = killed\n"
+              f"resume.AtomicCheckpointIO().save_checkpoint({{'global_step': 26}}, {str(folder / 'last.ckpt')!r})\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (folder / "last.ckpt").read_bytes() == good
+    assert resume.resolve_checkpoint("last", tmp_path) == str(folder / "last.ckpt")
+    assert load_checkpoint(folder / "last.ckpt")["global_step"] == 13
+    # a damaged file is named in one line
+    (folder / "last.ckpt").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ConfigError, match=r"last\.ckpt is not a readable checkpoint \(truncated or damaged"):
+        load_checkpoint(folder / "last.ckpt")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnbench.attention import build_score_function
-from attnbench.callbacks.run_stats import RunStats
+from attnbench.callbacks.throughput import Throughput
 
 from .conftest import REPO_ROOT
 
@@ -105,8 +105,8 @@ class _Clock:
 def test_run_stats_throughput_formula_by_hand(monkeypatch):
     """train/tokens_per_sec = non-padding tokens of the steps after warm-up / their wall time (hand count)."""
     clock = _Clock()
-    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
-    stats = RunStats(warmup_steps=2)
+    monkeypatch.setattr("attnbench.callbacks.throughput.time.perf_counter", clock)
+    stats = Throughput(warmup_steps=2)
     module = SimpleNamespace(device=torch.device("cpu"), parameters=lambda: iter([torch.zeros(3, 4), torch.zeros(5)]))
     trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, module)
@@ -130,8 +130,8 @@ def test_run_stats_throughput_formula_by_hand(monkeypatch):
 def test_run_stats_excludes_validation_gap(monkeypatch):
     """Time between the last step before validation and the first step after it is not training time."""
     clock = _Clock()
-    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
-    stats = RunStats(warmup_steps=0)
+    monkeypatch.setattr("attnbench.callbacks.throughput.time.perf_counter", clock)
+    stats = Throughput(warmup_steps=0)
     module = SimpleNamespace(device=torch.device("cpu"), parameters=lambda: iter([]))
     trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, module)

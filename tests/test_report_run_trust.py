@@ -2,7 +2,7 @@
 was lowest.
 
 A mid-epoch resume replays the first batches of the epoch it resumes in and never shows its last ones
-(:class:`attnbench.callbacks.resume_state.ResumeState`); ``metrics.json`` records it as ``resume`` but the report
+(:class:`attnbench.run.resume.ResumeState`); ``metrics.json`` records it as ``resume`` but the report
 said nothing, and four of the 75 published ``head_dim_sweep`` runs were resumed so. The docs' convergence claims
 ("lowest ``val/loss`` before the last epoch in 72 of the 75 runs") rested on logs the published files did not
 carry. These tests build run dirs as train.py writes them (``metrics.json``, Lightning's ``csv/metrics.csv``) and

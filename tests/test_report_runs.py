@@ -292,7 +292,7 @@ def test_wandb_run_the_cap_stopped_is_not_averaged_as_final():
 
 
 def test_wandb_runs_pair_their_rates_only_on_one_host():
-    """The hosts of a W&B run's rates are text in its summary (RunStats.measured_on). Before: read_wandb kept
+    """The hosts of a W&B run's rates are text in its summary (Throughput.measured_on). Before: read_wandb kept
     numbers only, so a report over W&B paired dot's rate of machine B with scaled_dot's of machine A (1.4x)."""
     runs = []
     for seed, attention, rate, host in ((0, "scaled_dot", 1000.0, "A/1"), (0, "dot", 1400.0, "B/2"),

@@ -114,6 +114,8 @@ def _keep(after_epoch: int, where: str = "") -> list[str]:
 
 CTRL_C_AT_STEP_18 = ["+callbacks.stop._target_=tests.resume_helpers.CtrlCAtStep", "+callbacks.stop.step=18"]
 ACCUMULATE = ["+trainer.accumulate_grad_batches=2"]  # 7 optimizer steps an epoch (the last over one batch)
+WORKERS = ["data.num_workers=2"]
+RANDOM = ["data.batching=random"]  # RUN's data takes length_grouped batches
 
 
 def _signal_at(batch: int, sig: str = "SIGTERM", hook: str = "batch_end") -> list[str]:
@@ -145,6 +147,14 @@ MID_EPOCH = {
     # SIGTERM after batch 16 of 2-batch accumulation windows (inside step 9's window): it stops at step 9's end
     "accumulate-sigterm": ("max_epochs", ACCUMULATE, _signal_at(16), 128 + signal.SIGTERM,
                            "reference-accumulate", 9, 1, 4, "interrupted.ckpt"),
+    # issue 38's reproducer: loader workers, the step-20 last.ckpt, a hard kill at batch 23, under either batching
+    # (before: epoch 1 went on with epoch 0's first batches and metrics.json said exact)
+    "workers": ("max_steps", [*WORKERS, "callbacks.last_checkpoint.every_n_train_steps=10"],
+                _signal_at(23, "SIGKILL"), -signal.SIGKILL, "reference-max_steps", 20, 1, 7, "last.ckpt"),
+    "workers-random": ("max_steps", [*WORKERS, *RANDOM, "callbacks.last_checkpoint.every_n_train_steps=10"],
+                       _signal_at(23, "SIGKILL"), -signal.SIGKILL, "reference-random", 20, 1, 7, "last.ckpt"),
+    "random": ("max_steps", [*RANDOM, "callbacks.last_checkpoint.every_n_train_steps=10"],
+               _signal_at(23, "SIGKILL"), -signal.SIGKILL, "reference-random", 20, 1, 7, "last.ckpt"),
 }
 
 
@@ -174,6 +184,10 @@ def reference(tmp_path_factory, data_dir, cache_dir):
                    *_keep(after)], -signal.SIGKILL) for after, names in stopped.items() for name in names]
     jobs.append(([*STOPS["max_epochs"], *ACCUMULATE, f"hydra.run.dir={root / 'reference-accumulate'}",
                   *_record(root / "reference-accumulate.batches.jsonl")], 0))
+    # the same checkpoint callbacks as the runs it is compared with: the last of two save_last callbacks decides
+    # which step last.ckpt holds at the stop
+    jobs.append(([*STOPS["max_steps"], *RANDOM, "callbacks.last_checkpoint.every_n_train_steps=10",
+                  f"hydra.run.dir={root / 'reference-random'}", *_record(root / "reference-random.batches.jsonl")], 0))
     jobs += [([*STOPS[stop], *extra, *stop_args, f"hydra.run.dir={root / f'mid-epoch-{case}'}",
                *_record(root / f"mid-epoch-{case}.first.jsonl")], code)
              for case, (stop, extra, stop_args, code, *_) in MID_EPOCH.items()]
@@ -362,7 +376,7 @@ def test_carry_checkpoint_states_copies_the_best_checkpoint(tmp_path, caplog):
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from attnbench.callbacks.resume_state import carry_checkpoint_states
+    from attnbench.run.resume import carry_checkpoint_states
 
     old, new = tmp_path / "old" / "checkpoints", tmp_path / "new" / "checkpoints"
     old.mkdir(parents=True)
@@ -457,7 +471,7 @@ def test_resolve_checkpoint(tmp_path):
         resolve_checkpoint(str(tmp_path / "missing.ckpt"), tmp_path)
 
 
-def _toy_loader(batching: str, sampler_kind: str, rank: int = 0):
+def _toy_loader(batching: str, sampler_kind: str, rank: int = 0, num_workers: int = 0):
     """A training loader as the data module builds it, over 50 rows of lengths 1-50 (batch 8: 7 batches; under
     a 2-process DistributedSampler 25 rows a process: 4 batches)."""
     from torch.utils.data.distributed import DistributedSampler
@@ -474,7 +488,8 @@ def _toy_loader(batching: str, sampler_kind: str, rank: int = 0):
     data = TokenizedSplit(rows, [i % 2 for i in range(50)], list(range(50)))
     sampler = (EpochShuffleSampler(data, 3) if sampler_kind == "epoch_shuffle"
                else DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=3))
-    common = dict(collate_fn=PadCollator(0), generator=torch.Generator().manual_seed(3))
+    common = dict(collate_fn=PadCollator(0), generator=torch.Generator().manual_seed(3), num_workers=num_workers,
+                  persistent_workers=num_workers > 0)
     if batching == "random":
         return ResumableDataLoader(data, batch_size=8, sampler=sampler, **common)
     lengths = [len(r) for r in rows]
@@ -523,3 +538,22 @@ def test_resumable_loader_continues_the_epoch_after_its_batches_done(batching, s
     other = _toy_loader(batching, kind, rank)
     other.load_state_dict({"epoch": 0, "batches_done": 3, "batches_per_epoch": n})
     assert _epoch_of(other, 1) == full1  # a state of another epoch skips nothing
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("batching", ["random", "length_grouped"])
+def test_resumed_loader_takes_its_position_from_the_first_fetch_with_and_without_workers(batching, num_workers):
+    """Lightning makes the training loader's iterator (FitLoop.setup_data) before a resume restores the loader's
+    position and sets the sampler's epoch. With workers, DataLoader's iterator reads the order and prefetches as
+    soon as it exists, so the resumed epoch took epoch 0's first batches (issue 38: batches 7-12 of epoch 1 were
+    epoch 0's 0-5) while metrics.json said exact. The order is read at the first fetch, whatever the workers,
+    and the loader records where it started (what ResumeState checks before it calls a resume exact)."""
+    reference = _toy_loader(batching, "epoch_shuffle")
+    full1, full2 = _epoch_of(reference, 1), _epoch_of(reference, 2)
+    resumed = _toy_loader(batching, "epoch_shuffle", num_workers=num_workers)
+    iterator = iter(resumed)  # FitLoop.setup_data, before the checkpoint is restored
+    resumed.load_state_dict({"epoch": 1, "batches_done": 3, "batches_per_epoch": len(full1)})
+    (resumed.batch_sampler.sampler if batching == "length_grouped" else resumed.sampler).set_epoch(1)
+    assert _ids(iterator) == full1[3:]
+    assert resumed.started_at == (1, 3)
+    assert _epoch_of(resumed, 2) == full2 and resumed.started_at == (2, 0)

@@ -1,5 +1,5 @@
 """A resumed run's whole-run figures cover the whole run: the training rate counts the measured steps before
-the interruption too (RunStats keeps its counters in each checkpoint), and a run resumed from the checkpoint its
+the interruption too (Throughput keeps its counters in each checkpoint), and a run resumed from the checkpoint its
 training ended with (killed while testing) still reports its rate and its final attention diagnostics."""
 
 from __future__ import annotations
@@ -91,12 +91,12 @@ def test_a_resume_interrupted_before_training_writes_no_step_0_checkpoint(toy, t
 
 
 def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_them():
-    """RunStats adds a restored checkpoint's counters at on_train_start; a checkpoint written before that (any
+    """Throughput adds a restored checkpoint's counters at on_train_start; a checkpoint written before that (any
     trainer.save_checkpoint between the restore and the start of training) must carry them on, and the earlier
     processes' peak. Before: it held this process's zero counters and its own peak only."""
-    from attnbench.callbacks.run_stats import RunStats
+    from attnbench.callbacks.throughput import Throughput
 
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     stats._device = torch.device("cpu")
     earlier = {"world_size": 1, "peak_mem_bytes": 2**50, "_train_time": 1.5, "_train_cpu": 1.25,
                "_train_samples": 72, "_train_tokens": 288, "_train_steps": 9}

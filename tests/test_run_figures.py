@@ -118,10 +118,10 @@ def test_the_cpu_share_is_recorded_and_is_a_share(timed_run):
 
 
 def test_the_host_of_each_rate_reaches_metrics_json_and_not_the_metric_rows(timed_run):
-    """``train_host`` / ``test_host`` (:func:`attnbench.callbacks.run_stats.machine_boot`: the machine and boot the
+    """``train_host`` / ``test_host`` (:func:`attnbench.callbacks.throughput.machine_boot`: the machine and boot the
     rates were measured on, which the report pairs on) are text: in ``metrics.json``, not in the numeric summary
     (the CSV log, the console's figure count)."""
-    from attnbench.callbacks.run_stats import BOOT_ID, machine_boot
+    from attnbench.callbacks.throughput import BOOT_ID, machine_boot
 
     summary, metrics, _, _ = timed_run
     assert metrics["train_host"] == metrics["test_host"] == machine_boot()

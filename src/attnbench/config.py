@@ -7,7 +7,8 @@ defaults, types and allowed ranges of the run's own keys. No torch import: a bad
 - a value of the wrong type (``seed=abc``, ``model.d_model=64.5``, ``optim.lr=fast``) is refused while Hydra
   composes the config; :func:`type_error_message` turns OmegaConf's error into the same one-line message as a
   value out of range (``seed must be an integer, got 'abc'``);
-- :func:`check_run_config` checks the ranges (:data:`RANGES`, one message per key) before torch loads.
+- each field's range is in the schema (``field(metadata=must(...))``; :data:`RANGES` collects them with those of
+  the ``_target_`` groups' keys) and :func:`check_run_config` checks them once, before torch loads.
 
 ``attention.*`` (the score function's own options, checked by its constructor) and ``data.*`` (typed and
 checked by :class:`attnbench.data.config.DataConfig`, which :func:`check_run_config` calls) stay ``Any`` here;
@@ -22,6 +23,7 @@ with Hydra's compose API imports it first (``import attnbench.config``), as ``te
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -35,9 +37,45 @@ SCHEDULES = ("cosine", "linear", "constant")
 OPTIM_IMPLS = ("for_loop", "foreach", "fused")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
+POOLINGS = ("mean", "max", "cls")
 # Precisions whose weights (and so AdamW's moments) are float16: AdamW's eps 1e-8 rounds to 0 there and the
 # second moments of small gradients underflow to 0, so the first update divides 0 by 0 (NaN at step 1).
 FLOAT16_WEIGHTS = ("16-true", "transformer-engine-float16")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in(low: float, high: float, high_open: bool = False) -> Callable[[Any], bool]:
+    return lambda v: _number(v) and low <= v and (v < high if high_open else v <= high)
+
+
+def _steps(value: Any) -> bool:
+    return value is None or _integer(value) and (value >= 1 or value == -1)
+
+
+def _duration(value: Any) -> bool:
+    """``trainer.max_time``: null, ``"DD:HH:MM:SS"`` (Lightning's ``Timer`` format) or a mapping of
+    days/hours/minutes/seconds (``{minutes: 50}``) that adds up to more than 0 seconds."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip())
+        return bool(match) and any(int(part) for part in match.groups())
+    units = ("days", "hours", "minutes", "seconds")
+    return (isinstance(value, dict) and bool(value) and set(value) <= set(units)
+            and all(_number(v) and v >= 0 for v in value.values()) and any(v > 0 for v in value.values()))
+
+
+def must(what: str, ok: Callable[[Any], bool], note: str = "") -> dict[str, Any]:
+    """A schema field's range (``dataclasses.field(metadata=must(...))``): the message reads
+    ``<key> must be <what>, got <value><note>``."""
+    return {"must": (what, ok, note)}
 
 
 @dataclass
@@ -58,20 +96,24 @@ class OptimConfig:
             differently in the last bits (README: Cost).
     """
 
-    lr: float = 1.0e-3
-    weight_decay: float = 0.05
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1.0e-8
-    warmup_ratio: float = 0.06
-    schedule: str = "cosine"
-    min_lr_ratio: float = 0.0
-    impl: str = "fused"  # measured: 1.22x tokens/s of for_loop on the main job, 1 thread (README: Cost)
+    lr: float = field(default=1.0e-3, metadata=must("a number > 0", lambda v: _number(v) and v > 0))
+    weight_decay: float = field(default=0.05, metadata=must("a number >= 0", lambda v: _number(v) and v >= 0))
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.98], metadata=must(
+        "two numbers in [0, 1), e.g. [0.9, 0.98]",
+        lambda v: isinstance(v, list | tuple) and len(v) == 2 and all(_number(b) and 0 <= b < 1 for b in v)))
+    eps: float = field(default=1.0e-8, metadata=must("a number > 0", lambda v: _number(v) and v > 0))
+    warmup_ratio: float = field(default=0.06, metadata=must("a number in [0, 1]", _in(0.0, 1.0)))
+    schedule: str = field(default="cosine", metadata=must("'cosine', 'linear' or 'constant'",
+                                                          lambda v: v in SCHEDULES))
+    min_lr_ratio: float = field(default=0.0, metadata=must("a number in [0, 1]", _in(0.0, 1.0)))
+    impl: str = field(default="fused", metadata=must("'for_loop', 'foreach' or 'fused'",
+                                                     lambda v: v in OPTIM_IMPLS))  # README: Cost
 
 
 @dataclass
 class ModelConfig:
-    """``model.*``: the keyword arguments of :class:`attnbench.models.model.TransformerClassifier` (types here;
-    the values are those of the chosen ``conf/model/<name>.yaml``, the ranges the model's own checks)."""
+    """``model.*``: the keyword arguments of :class:`attnbench.models.model.TransformerClassifier` (the values
+    are those of the chosen ``conf/model/<name>.yaml``); :func:`check_model` checks them with the model's words."""
 
     d_model: int = MISSING
     n_heads: int = MISSING
@@ -96,9 +138,11 @@ class CompileConfig:
             ``max-autotune-no-cudagraphs``.
     """
 
-    enabled: bool = False
-    dynamic: Optional[bool] = True
-    mode: str = "default"
+    enabled: bool = field(default=False, metadata=must("true or false", lambda v: isinstance(v, bool)))
+    dynamic: Optional[bool] = field(default=True, metadata=must("true, false or null",
+                                                                lambda v: v in (True, False, None)))
+    mode: str = field(default="default", metadata=must(
+        "'default', 'reduce-overhead', 'max-autotune' or 'max-autotune-no-cudagraphs'", lambda v: v in COMPILE_MODES))
 
 
 @dataclass
@@ -126,127 +170,69 @@ class RunConfig:
     max_length_by_data: Optional[dict[str, int]] = None
     # when trainer.max_time stopped the fit before its budget: test on this many batches only (enough for the
     # inference rate; an unfinished run's accuracy is not reported), or null: the whole test split
-    test_batches_if_stopped: Optional[int] = None
+    test_batches_if_stopped: Optional[int] = field(default=None, metadata=must(
+        "null or an integer >= 1", lambda v: v is None or _integer(v) and v >= 1))
     output_dir: Optional[str] = None  # outside Hydra (tests, notebooks): where the job writes
 
 
 ConfigStore.instance().store(name="train_schema", node=RunConfig)
 
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _integer(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _in(low: float, high: float, high_open: bool = False):
-    return lambda v: _number(v) and low <= v and (v < high if high_open else v <= high)
-
-
-def _betas(value: Any) -> bool:
-    return isinstance(value, list | tuple) and len(value) == 2 and all(_number(b) and 0 <= b < 1 for b in value)
-
-
-def _steps(value: Any) -> bool:
-    return value is None or _integer(value) and (value >= 1 or value == -1)
-
-
-def _positive_int(value: Any) -> bool:
-    return _integer(value) and value >= 1
-
-
-_DURATION_UNITS = ("days", "hours", "minutes", "seconds")
-
-
-def _duration(value: Any) -> bool:
-    """``trainer.max_time``: null, ``"DD:HH:MM:SS"`` (Lightning's ``Timer`` format) or a mapping of
-    days/hours/minutes/seconds (``{minutes: 50}``) that adds up to more than 0 seconds."""
-    if value is None:
-        return True
-    if isinstance(value, str):
-        match = re.fullmatch(r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip())
-        return bool(match) and any(int(part) for part in match.groups())
-    return (isinstance(value, dict) and bool(value) and set(value) <= set(_DURATION_UNITS)
-            and all(_number(v) and v >= 0 for v in value.values()) and any(v > 0 for v in value.values()))
-
-
-# key -> (what it must be, check). The one place of the allowed ranges; the messages read
-# "<key> must be <what>, got <value>".
-RANGES: dict[str, tuple[str, Any]] = {
-    "seed": ("an integer", _integer),
-    "model.d_model": ("an integer", _integer),
-    "model.n_heads": ("an integer", _integer),
-    "model.n_layers": ("an integer", _integer),
-    "model.d_ff": ("an integer", _integer),
-    "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps),
-    "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps),
+#: The ranges of the ``_target_`` groups' keys that Lightning or W&B would only reject mid-run (their configs
+#: are the constructors' arguments, not a schema of attnbench's); checked when the key is present.
+TARGET_RANGES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
+    "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
+    "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
     "trainer.max_time": ("null, a duration 'DD:HH:MM:SS' > 0 or a mapping of days/hours/minutes/seconds, "
-                         "e.g. {minutes: 50}", _duration),
-    "test_batches_if_stopped": ("null or an integer >= 1", lambda v: v is None or _positive_int(v)),
-    "optim.lr": ("a number > 0", lambda v: _number(v) and v > 0),
-    "optim.weight_decay": ("a number >= 0", lambda v: _number(v) and v >= 0),
-    "optim.betas": ("two numbers in [0, 1), e.g. [0.9, 0.98]", _betas),
-    "optim.eps": ("a number > 0", lambda v: _number(v) and v > 0),
-    "optim.warmup_ratio": ("a number in [0, 1]", _in(0.0, 1.0)),
-    "optim.min_lr_ratio": ("a number in [0, 1]", _in(0.0, 1.0)),
-    "optim.schedule": ("'cosine', 'linear' or 'constant'", lambda v: v in SCHEDULES),
-    "optim.impl": ("'for_loop', 'foreach' or 'fused'", lambda v: v in OPTIM_IMPLS),
-    "compile.mode": ("'default', 'reduce-overhead', 'max-autotune' or 'max-autotune-no-cudagraphs'",
-                     lambda v: v in COMPILE_MODES),
-    "logger.wandb.mode": ("auto, online, offline or disabled", lambda v: v in WANDB_MODES),
-    "logger.wandb.init_timeout": ("a number of seconds > 0", lambda v: _number(v) and v > 0),
+                         "e.g. {minutes: 50}", _duration, ""),
+    "logger.wandb.mode": ("auto, online, offline or disabled", lambda v: v in WANDB_MODES, ""),
+    "logger.wandb.init_timeout": ("a number of seconds > 0", lambda v: _number(v) and v > 0, ""),
 }
-_NOTES = {"trainer.max_steps": " (0 would test an untrained model)", "trainer.max_epochs": " (0 would test an untrained model)"}
-_ABSENT = object()
+#: every range by its dotted key: the schema's fields (:func:`must`) and :data:`TARGET_RANGES`
+RANGES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
+    **{f"{prefix}{f.name}": f.metadata["must"] for prefix, schema in (("", RunConfig), ("optim.", OptimConfig),
+                                                                        ("compile.", CompileConfig))
+       for f in fields(schema) if "must" in f.metadata},
+    **TARGET_RANGES,
+}
 
 
 def range_message(key: str, value: Any) -> str:
     """``<key> must be <what>, got <value>`` for a key of :data:`RANGES`."""
-    value = list(value) if isinstance(value, tuple) else value
-    return f"{key} must be {RANGES[key][0]}, got {value!r}{_NOTES.get(key, '')}"
+    what, _, note = RANGES[key]
+    return f"{key} must be {what}, got {list(value) if isinstance(value, tuple) else value!r}{note}"
 
 
-def _select(cfg: Any, key: str) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, DictConfig | dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    if isinstance(node, DictConfig | dict) or OmegaConf.is_list(node):
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    return node
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def _with_defaults(settings: Any, schema: type, section: str, what: str) -> dict[str, Any]:
-    """``settings`` (a mapping or DictConfig, or None) as a plain dict over the defaults of dataclass ``schema``.
+def _checked(settings: Any, schema: type, section: str, what: str) -> dict[str, Any]:
+    """``settings`` (a mapping or DictConfig, or None) over the defaults of dataclass ``schema``, each value
+    checked against its field's range.
 
     Raises:
-        ConfigError: a key ``schema`` does not have (``unknown <what> setting(s) <section>.<key>; ...``).
+        ConfigError: an unknown key (``unknown <what> setting(s) <section>.<key>; ...``), or a value out of range.
     """
-    if OmegaConf.is_config(settings):
-        settings = OmegaConf.to_container(settings, resolve=True)
-    settings = dict(settings or {})
+    settings = dict(_plain(settings) or {})
     defaults = OmegaConf.to_container(OmegaConf.structured(schema))
     unknown = sorted(set(settings) - set(defaults))
     if unknown:
         raise ConfigError(f"unknown {what} setting(s) {', '.join(section + '.' + k for k in unknown)}; "
                           f"{section} has: {', '.join(sorted(defaults))}")
-    return {**defaults, **settings}
+    values = {**defaults, **settings}
+    for f in fields(schema):
+        if "must" in f.metadata and not f.metadata["must"][1](values[f.name]):
+            raise ConfigError(range_message(f"{section}.{f.name}", values[f.name]))
+    return values
 
 
 def check_optim(optim: Any) -> dict[str, Any]:
-    """The ``optim`` mapping with the :class:`OptimConfig` defaults for missing keys, checked against :data:`RANGES`.
+    """The ``optim`` mapping with the :class:`OptimConfig` defaults for missing keys, checked.
 
     Raises:
         ConfigError: an unknown key, or a value out of range; the message names ``optim.<key>``.
     """
-    values = _with_defaults(optim, OptimConfig, "optim", "optimizer")
-    for key in ("betas", "warmup_ratio", "min_lr_ratio", "lr", "weight_decay", "eps", "schedule", "impl"):
-        if not RANGES["optim." + key][1](values[key]):
-            raise ConfigError(range_message("optim." + key, values[key]))
-    return values
+    return _checked(optim, OptimConfig, "optim", "optimizer")
 
 
 def check_compile(settings: Any) -> dict[str, Any]:
@@ -255,44 +241,65 @@ def check_compile(settings: Any) -> dict[str, Any]:
     Raises:
         ConfigError: an unknown key or a value of the wrong kind; the message names ``compile.<key>``.
     """
-    values = _with_defaults(settings, CompileConfig, "compile", "compile")
-    if not isinstance(values["enabled"], bool):
-        raise ConfigError(f"compile.enabled must be true or false, got {values['enabled']!r}")
-    if values["dynamic"] not in (True, False, None):
-        raise ConfigError(f"compile.dynamic must be true, false or null, got {values['dynamic']!r}")
-    if not RANGES["compile.mode"][1](values["mode"]):
-        raise ConfigError(range_message("compile.mode", values["mode"]))
-    return values
+    return _checked(settings, CompileConfig, "compile", "compile")
+
+
+def check_model(model: Any) -> None:
+    """The model sizes, dropouts, pooling and heads (in the words of the model's own checks), before any model
+    or data work.
+
+    Raises:
+        ConfigError: ``invalid config: ...`` naming the key.
+    """
+    m = _plain(model) or {}
+    sizes = {k: m[k] for k in ("d_model", "n_heads", "n_layers", "d_ff") if _number(m.get(k)) and m[k] < 1}
+    if sizes:
+        raise ConfigError(f"invalid config: model sizes must be >= 1, got {sizes}; fix these in conf/model or on "
+                          "the command line.")
+    for name in ("dropout", "attn_dropout"):
+        if _number(m.get(name)) and not 0.0 <= m[name] < 1.0:
+            raise ConfigError(f"invalid config: model.{name} must be in [0, 1), got {m[name]}")
+    if "pooling" in m and m["pooling"] not in POOLINGS:
+        raise ConfigError(f"invalid config: model.pooling must be 'mean', 'max' or 'cls', got {m['pooling']!r}")
+    d_model, n_heads = m.get("d_model"), m.get("n_heads")
+    if m.get("head_dim") is None and _integer(d_model) and _integer(n_heads) and d_model % n_heads:
+        raise ConfigError(f"invalid config: d_model={d_model} is not divisible by n_heads={n_heads}; "
+                          "set model.d_model to a multiple of model.n_heads (or set model.head_dim).")
 
 
 def check_run_config(cfg: DictConfig) -> None:
-    """The range checks of :data:`RANGES`, ``ckpt_path`` and ``trainer.precision``: no model, no data, no torch.
+    """Every check that needs no torch, no model and no data: the ranges of :data:`RANGES`, the model's sizes
+    (:func:`check_model`), ``ckpt_path``, ``trainer.precision`` and the data keys.
 
     Raises:
         ConfigError: with the key, the value and what it must be.
     """
     from attnbench.paths import user_path
 
-    for key, (_, ok) in RANGES.items():
-        if key.startswith("optim."):
+    for key in ("test_batches_if_stopped", *TARGET_RANGES):
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, DictConfig | dict) else _ABSENT
+        if node is _ABSENT or key.startswith("logger.wandb.") and node is None:
             continue
-        value = _select(cfg, key)
-        optional = key.startswith(("model.", "trainer.", "logger.", "compile.")) or key == "logger.wandb.init_timeout"
-        if value is _ABSENT and optional or key.startswith("logger.wandb.") and value is None:
-            continue
-        if not ok(None if value is _ABSENT else value):
-            raise ConfigError(range_message(key, None if value is _ABSENT else value))
+        if not RANGES[key][1](_plain(node)):
+            raise ConfigError(range_message(key, _plain(node)))
+    check_model(cfg.get("model"))
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path not in (None, "", "last", "best", "hpc", "registry") and not user_path(ckpt_path).is_file():
         raise ConfigError(f"ckpt_path={ckpt_path}: no such checkpoint file. Use the path printed when the run "
                           "stopped (e.g. <output_dir>/checkpoints/interrupted.ckpt or last.ckpt).")
     check_optim(cfg.get("optim") or {})
+    check_compile(cfg.get("compile") or {})
     trainer = cfg.get("trainer") or {}
     check_precision(trainer.get("precision"), (cfg.get("optim") or {}).get("impl"), trainer.get("gradient_clip_val"))
     if cfg.get("data") is not None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
+
+
+_ABSENT = object()
 
 
 def check_precision(precision: Any, impl: Any = None, gradient_clip_val: Any = None) -> None:
@@ -359,4 +366,11 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{file}"
 
 
+def fold_suffix(cv_folds: Any, fold: Any) -> str:
+    """``${attnbench.fold:${data.cv_folds},${data.fold}}`` in ``run_name``: ``-fold<k>`` when the run tests fold k
+    of a cross-validation (``data.cv_folds`` set), else nothing."""
+    return f"-fold{fold}" if cv_folds else ""
+
+
 OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)
+OmegaConf.register_new_resolver("attnbench.fold", fold_suffix, replace=True)

@@ -20,7 +20,7 @@ STATUS_OK, STATUS_FAILED, STATUS_INCOMPLETE, STATUS_MISSING = "finished", "faile
 # cross-validation. The report averages over them and pairs runs on them.
 REPLICATE_KEYS = ("seed", "data.fold")
 #: a run whose training (test) thread ran on a CPU core for less than this share of the wall time of its measured
-#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`attnbench.callbacks.run_stats.RunStats`) was paused or
+#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`attnbench.callbacks.throughput.Throughput`) was paused or
 #: shared its core; its training (test) rates are left out of the throughput columns. An undisturbed CPU run reads
 #: 0.98-0.99; two runs on one core read 0.49 each (measured here).
 MIN_CPU_SHARE = 0.9
@@ -30,7 +30,7 @@ RATE_COLUMNS = (
     ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
     ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
 )
-#: the metric that names where each rate was measured (:func:`attnbench.callbacks.run_stats.machine_boot`): a rate
+#: the metric that names where each rate was measured (:func:`attnbench.callbacks.throughput.machine_boot`): a rate
 #: pairs with its baseline's only when both were measured on one machine in one boot
 HOST_OF_RATE = {"train/tokens_per_sec": "train_host", "test/tokens_per_sec": "test_host",
                 "train/steps_per_sec": "train_host"}
@@ -45,7 +45,7 @@ def _host_label(value: Any, run: Any) -> Any:
     if not isinstance(value, str) or value == "":
         return math.nan
     return f"<mixed: run {run}>" if "+" in value or value == "unknown" else value
-#: ``metrics.json``'s ``resume`` (:class:`attnbench.callbacks.resume_state.ResumeState`) as jobs.csv columns: whether
+#: ``metrics.json``'s ``resume`` (:class:`attnbench.run.resume.ResumeState`) as jobs.csv columns: whether
 #: the resume was exact, the epoch it resumed in, that epoch's batches done before the checkpoint and its batch
 #: count, and the number of that epoch's batches the resumed run replayed and never saw (0 for an exact resume)
 RESUME_COLUMNS = ("resume/exact", "resume/epoch", "resume/batches_done", "resume/batches_per_epoch",
@@ -305,7 +305,7 @@ def resume_record(resume: Any) -> dict[str, Any]:
     """``metrics.json``'s ``resume`` dict as the :data:`RESUME_COLUMNS` (``{}`` for a run that never resumed).
 
     ``replayed_batches`` / ``unseen_batches`` there are ``[first, last]`` batch indices of the resumed epoch
-    (inclusive, :meth:`attnbench.callbacks.resume_state.ResumeState.on_train_start`); here they are counts,
+    (inclusive, :meth:`attnbench.run.resume.ResumeState.on_train_start`); here they are counts,
     ``last - first + 1``, and 0 where the resume replayed nothing (an epoch-end resume). E.g. ``{"epoch": 2,
     "batches_done": 498, "batches_per_epoch": 1001, "exact": False, "replayed_batches": [0, 497],
     "unseen_batches": [503, 1000]}`` -> exact False, 498 replayed, 498 unseen.

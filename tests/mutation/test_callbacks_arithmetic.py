@@ -1,4 +1,4 @@
-"""RunStats' whole-run throughput and attention_statistics' blocking, against hand counts.
+"""Throughput' whole-run throughput and attention_statistics' blocking, against hand counts.
 
 Written to kill the mutants `scripts/mutation.sh` found surviving in src/attnbench/callbacks.py. Time is a
 fake clock advanced by hand, so every rate is an exact ratio of hand-counted samples, tokens and seconds.
@@ -14,7 +14,7 @@ import torch
 
 from attnbench.attention import MultiHeadAttention
 from tests.test_diagnostics import layer_statistics
-from attnbench.callbacks.run_stats import RunStats, batch_size, num_tokens
+from attnbench.callbacks.throughput import Throughput, batch_size, num_tokens
 
 
 class _Clock:
@@ -47,7 +47,7 @@ def _train(stats, trainer, module, clock, steps, start=0):
 @pytest.fixture
 def clock(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr("attnbench.callbacks.run_stats.time.perf_counter", clock)
+    monkeypatch.setattr("attnbench.callbacks.throughput.time.perf_counter", clock)
     return clock
 
 
@@ -58,7 +58,7 @@ def test_batch_size_and_tokens_read_the_collated_batch():
 
 
 def test_default_warmup_is_twenty_steps(clock):
-    stats = RunStats()
+    stats = Throughput()
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     # 20 warm-up steps of 10 s each, then 4 steps of 0.5 s with 3 samples and 30 tokens each
@@ -73,7 +73,7 @@ def test_default_warmup_is_twenty_steps(clock):
 
 
 def test_epoch_boundary_and_validation_gaps_are_not_training_time(clock):
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 20, 3.0), (2, 20, 1.0)])  # step 1 warm-up, step 2: 1 s
@@ -92,7 +92,7 @@ def test_epoch_boundary_and_validation_gaps_are_not_training_time(clock):
 
 
 def test_data_loading_between_steps_is_training_time(clock):
-    stats = RunStats(warmup_steps=0)
+    stats = Throughput(warmup_steps=0)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 10, 1.0)])
@@ -104,7 +104,7 @@ def test_data_loading_between_steps_is_training_time(clock):
 
 
 def test_a_second_fit_starts_from_zero(clock):
-    stats = RunStats(warmup_steps=0)
+    stats = Throughput(warmup_steps=0)
     trainer = SimpleNamespace(world_size=1, global_step=0)
     stats.on_fit_start(trainer, _module(5))
     _train(stats, trainer, _module(5), clock, [(10, 100, 1.0)] * 3)
@@ -119,7 +119,7 @@ def test_a_second_fit_starts_from_zero(clock):
 
 
 def test_only_warmup_steps_report_no_training_rate(clock):
-    stats = RunStats(warmup_steps=5)
+    stats = Throughput(warmup_steps=5)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(2, 10, 1.0)] * 5)
@@ -135,7 +135,7 @@ def _rss_bytes() -> int:
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux only")
 def test_peak_memory_is_at_least_the_resident_memory_after_fit_and_test(clock):
-    stats = RunStats(warmup_steps=0)
+    stats = Throughput(warmup_steps=0)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     stats.on_fit_end(trainer, module)
@@ -148,7 +148,7 @@ def test_peak_memory_is_at_least_the_resident_memory_after_fit_and_test(clock):
 
 
 def test_test_throughput_by_hand(clock):
-    stats = RunStats()
+    stats = Throughput()
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     for i, (samples, tokens) in enumerate([(8, 100), (8, 60), (3, 20)]):
@@ -171,7 +171,7 @@ def test_test_throughput_by_hand(clock):
 
 
 def test_empty_or_instant_test_loop_reports_no_rate(clock):
-    stats = RunStats()
+    stats = Throughput()
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     clock.t += 1.0
@@ -203,7 +203,7 @@ def test_ddp_rates_count_every_process_over_the_slowest(clock):
     # 120 tokens in 2.5 s. Whole job: 18 samples, 200 tokens over 2.5 s; 2 steps (every rank takes each step).
     strategy = _TwoRanks([10.0, 120.0, 2.5])
     trainer = SimpleNamespace(world_size=2, global_step=0, strategy=strategy)
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     module = _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(4, 40, 9.0), (4, 40, 1.0), (4, 40, 1.0)])
@@ -225,7 +225,7 @@ def test_ddp_rates_count_every_process_over_the_slowest(clock):
 def test_ddp_slowest_rank_is_the_max_not_the_first(clock):
     strategy = _TwoRanks([1.0, 1.0, 0.5])  # the other rank was faster: this rank's 4 s count
     trainer = SimpleNamespace(world_size=2, global_step=0, strategy=strategy)
-    stats = RunStats(warmup_steps=0)
+    stats = Throughput(warmup_steps=0)
     module = _module()
     stats.on_fit_start(trainer, module)
     _train(stats, trainer, module, clock, [(3, 9, 4.0)])
@@ -297,11 +297,11 @@ def test_statistics_of_single_key_sequences_are_nan_where_undefined():
 def test_clock_synchronises_cuda_before_reading_the_time(monkeypatch, clock):
     """Docstring: step times are CUDA-synchronised (kernels are asynchronous). Checked with a fake CUDA module."""
     synced = []
-    monkeypatch.setattr("attnbench.callbacks.run_stats.torch.cuda.synchronize", lambda device: synced.append(device))
+    monkeypatch.setattr("attnbench.callbacks.throughput.torch.cuda.synchronize", lambda device: synced.append(device))
     cuda = torch.device("cuda", 1)
-    assert RunStats._now(SimpleNamespace(device=cuda)) == clock.t
+    assert Throughput._now(SimpleNamespace(device=cuda)) == clock.t
     assert synced == [cuda]
-    RunStats._now(SimpleNamespace(device=torch.device("cpu")))
+    Throughput._now(SimpleNamespace(device=torch.device("cpu")))
     assert synced == [cuda]  # never on CPU
 
 
@@ -326,7 +326,7 @@ def test_gradient_norms_skip_layers_without_gradients_and_biases():
 
 
 def test_test_throughput_of_a_sub_second_loop(clock):
-    stats = RunStats()
+    stats = Throughput()
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_test_epoch_start(trainer, module)
     stats.on_test_batch_end(trainer, module, None, _batch(5, 50), 0)
@@ -362,7 +362,7 @@ def test_steps_per_sec_counts_optimizer_steps_under_gradient_accumulation(clock)
     and ``train/steps_planned``: with accumulate_grad_batches=2 over 5 batches of 1 s the global step moves
     after batches 2, 4 and 5 (an epoch's last batch ends a step too). The one warm-up batch extends to the end of
     its optimizer step (batch 2), so no measured step is timed in part."""
-    stats = RunStats(warmup_steps=1)
+    stats = Throughput(warmup_steps=1)
     trainer, module = SimpleNamespace(world_size=1, global_step=0), _module()
     stats.on_fit_start(trainer, module)
     for i, global_step_after in enumerate([0, 1, 1, 2, 3]):

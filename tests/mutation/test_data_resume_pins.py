@@ -2,7 +2,7 @@
 against hand counts and properties stated in the docstrings (not read back from the code under test).
 
 Written for the mutation scope of issue 16 (data/samplers.py, data/cache.py, run/resume.py,
-callbacks/resume_state.py); all CPU, no data files, well under a second each.
+run/resume.py); all CPU, no data files, well under a second each.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils.data import SequentialSampler
 
-from attnbench.callbacks import resume_state as rs
+from attnbench.run import resume as rs
 from attnbench.data import cache as cache_mod
 from attnbench.data.errors import DataConfigError
 from attnbench.data.samplers import EpochShuffleSampler, LengthGroupedBatchSampler, PadCollator, TokenizedSplit
@@ -364,10 +364,10 @@ def test_same_path_follows_links_and_user(tmp_path, monkeypatch):
 
 
 def _trainer(batches, accumulate, epoch, global_step=0, samplers=()):
-    loader = SimpleNamespace(flattened=[SimpleNamespace(sampler=s, batch_sampler=None) for s in samplers])
+    loaders = [SimpleNamespace(sampler=s, batch_sampler=None) for s in samplers]
     return SimpleNamespace(num_training_batches=batches, accumulate_grad_batches=accumulate, current_epoch=epoch,
-                           callback_metrics={}, global_step=global_step,
-                           fit_loop=SimpleNamespace(_combined_loader=loader))
+                           callback_metrics={}, global_step=global_step, train_dataloader=loaders,
+                           fit_loop=SimpleNamespace())
 
 
 def _resume(trainer, step, extras=True, metrics=None):
@@ -474,14 +474,12 @@ def test_samplers_inside_batch_samplers_follow_too_and_odd_loaders_are_skipped()
     inner = EpochShuffleSampler(_data(8), seed=0)
     batch_sampler = LengthGroupedBatchSampler(inner, 2, False, [1] * 8)
     loaders = [SimpleNamespace(batch_sampler=batch_sampler), SimpleNamespace()]  # no sampler attributes at all
-    trainer = SimpleNamespace(current_epoch=4, fit_loop=SimpleNamespace(
-        _combined_loader=SimpleNamespace(flattened=loaders)))
+    trainer = SimpleNamespace(current_epoch=4, train_dataloader=loaders)
     rs._samplers_follow_current_epoch(trainer)
     inner.set_epoch(9)
     assert inner.epoch == 4  # the length-grouped loader's sampler (Lightning sets it via batch_sampler.sampler)
-    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0, fit_loop=SimpleNamespace()))  # no loader yet
-    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0,
-                                                      fit_loop=SimpleNamespace(_combined_loader=None)))
+    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0))  # no loader yet
+    rs._samplers_follow_current_epoch(SimpleNamespace(current_epoch=0, train_dataloader=None))
 
 
 def test_checkpoint_extras_reads_full_lightning_checkpoints(tmp_path):
@@ -492,3 +490,18 @@ def test_checkpoint_extras_reads_full_lightning_checkpoints(tmp_path):
     torch.save({"hyper_parameters": argparse.Namespace(lr=0.1), "state_dict": {"w": torch.ones(2)},
                 "attnbench": {"wandb_run": None}, "global_step": 5, "epoch": 1}, path)
     assert checkpoint_extras(str(path)) == {"wandb_run": None, "global_step": 5, "epoch": 1}
+
+
+def test_a_resume_is_called_exact_only_if_the_loader_started_where_the_checkpoint_left_off(caplog):
+    """The first training batch after a mid-epoch resume: a loader that started elsewhere in the epoch's order (or
+    at another epoch) turns resume.exact to false, with where it started and where it should have."""
+    for started_at, exact in (((1, 7), True), ((0, 0), False), ((1, 0), False)):
+        cb = rs.ResumeState()
+        cb.replay = {"epoch": 1, "batches_done": 7, "batches_per_epoch": 13, "exact": True}
+        cb._expected_start = (1, 7)
+        trainer = SimpleNamespace(global_step=20, train_dataloader=SimpleNamespace(started_at=started_at))
+        cb.on_train_batch_start(trainer, None, None, 0)
+        assert cb.replay["exact"] is exact and cb._expected_start is None
+        if not exact:
+            assert cb.replay["reason"] == (f"the training loader started epoch {started_at[0]} at batch "
+                                           f"{started_at[1]}, not at batch 7 of epoch 1")

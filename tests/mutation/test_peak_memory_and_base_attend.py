@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnbench.attention.base import ScoreFunction
-from attnbench.callbacks import run_stats
+from attnbench.callbacks import throughput as run_stats
 
 
 def _vmhwm_kib() -> int:

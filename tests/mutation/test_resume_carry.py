@@ -18,7 +18,7 @@ import pytest
 import torch
 from pytorch_lightning.trainer.states import TrainerFn
 
-from attnbench.callbacks import resume_state as rs
+from attnbench.run import resume as rs
 
 KEY = "ModelCheckpoint{'monitor': 'val/acc'}"
 

@@ -171,7 +171,7 @@ class ResumableDataLoader(DataLoader):
 
     State: ``{"epoch": int, "batches_done": int, "batches_per_epoch": int}`` — batches of epoch ``epoch``
     this loader has delivered (counted where they leave the loader, so worker prefetch does not count).
-    :class:`attnbench.callbacks.resume_state.ResumeState` may correct ``batches_done`` on resume to the
+    :class:`attnbench.run.resume.ResumeState` may correct ``batches_done`` on resume to the
     count Lightning's loop continues from (:meth:`resume_at`), which differs only for a checkpoint taken
     inside a training step (Ctrl-C there).
 
@@ -184,6 +184,7 @@ class ResumableDataLoader(DataLoader):
         self._epoch = 0
         self._skip: tuple[int, int] | None = None  # (epoch, batches to skip) pending for the next iteration
         self.restored: dict[str, int] | None = None  # the state given by load_state_dict (None: none restored)
+        self.started_at: tuple[int, int] | None = None  # (epoch, first batch) of the order the last iteration took
 
     @property
     def _index_sampler(self):  # type: ignore[override]
@@ -194,13 +195,15 @@ class ResumableDataLoader(DataLoader):
         pending, self._skip = self._skip, None
         skip = pending[1] if pending is not None and pending[0] == epoch else 0
         self._epoch, self._delivered = epoch, skip
+        self.started_at = (epoch, skip)
         return skip
 
     def __iter__(self):
-        iterator = super().__iter__()
-
+        # DataLoader's iterator is made at the first fetch, not at iter(): with workers it reads the epoch's order
+        # and starts prefetching as soon as it exists, and Lightning calls iter() before it restores the loader's
+        # state and sets the sampler's epoch on resume.
         def delivered():
-            for batch in iterator:
+            for batch in DataLoader.__iter__(self):
                 self._delivered += 1
                 yield batch
 

@@ -8,7 +8,7 @@ really starts).
 - :func:`run_cli`: one ``Error: ...`` line for the user's mistakes (a misspelt key gets the closest
   valid keys, a value of the wrong type what it must be), a multirun finishes its other jobs when one
   fails; warnings print as one line, never with the source line that raised them.
-- :func:`hydra_main`: the Hydra task; every failed job leaves ``failure.json`` in its output dir.
+- :func:`hydra_main`: the Hydra task, wrapped by :func:`attnbench.run.failures.task_wrapper`.
 
 The Hydra callbacks (fresh output dirs, the end-of-sweep report) are in :mod:`attnbench.run.hydra_callbacks`.
 """
@@ -24,15 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from attnbench.config import check_run_config, config_dir, type_error_message
-from attnbench.errors import AttnbenchError, ConfigError, RunInterrupted
-from attnbench.run.ddp import global_rank_from_env
+from attnbench.errors import AttnbenchError, ConfigError
+from attnbench.run.failures import task_wrapper
 from attnbench.run.hydra_callbacks import _SWEEP, sweep_summary
-from attnbench.run.outputs import job_output_dir, record_failure
+from attnbench.run.outputs import job_output_dir
 
 log = logging.getLogger("attnbench")
 
@@ -41,25 +39,6 @@ CONFIG_DIR = str(config_dir())
 
 # Hydra refuses these together; asked for together, its message comes with how to preview a sweep instead.
 _ONE_COMMAND = ("run", "multirun", "cfg", "info", "shell_completion")
-
-
-def _report(err: BaseException) -> None:
-    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
-    ERROR record in the job's log files (``train.log``)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-    print(f"Error: {err}", file=sys.stderr, flush=True)
-
-
-def job_failed(err: AttnbenchError) -> None:
-    """Called by the Hydra task on a user-facing error: log one line, then exit (single run, interrupt) or
-    re-raise so that Hydra's multirun records the failure (``SweepReport``) and goes on with the next job."""
-    _report(err)
-    if _in_sweep() and not isinstance(err, RunInterrupted):
-        raise err
-    raise SystemExit(getattr(err, "exit_code", 1)) from None
 
 
 def _exit_if_jobs_failed() -> None:
@@ -142,15 +121,6 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     log.warning("%s", text if name in ("UserWarning", "Warning") else f"{name}: {text}")
 
 
-def _in_sweep() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _is_rank_zero(cfg: DictConfig) -> bool:
-    devices = (cfg.get("trainer") or {}).get("devices", 1)
-    return global_rank_from_env(int(devices) if isinstance(devices, int) and devices > 0 else 1) == 0
-
-
 def check_data_source(cfg: DictConfig) -> None:
     """Where the job's data comes from, found before torch and Lightning load (:func:`attnbench.data.sources.preflight`:
     file checks and one Hub probe, no row read): with no local files, no Hub and no packaged copy the job stops
@@ -174,39 +144,23 @@ def check_data_source(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@task_wrapper
 def hydra_main(cfg: DictConfig) -> float | None:
     """Hydra task; returns the metric named by ``optimized_metric`` (a float, for sweepers).
 
-    A failed job leaves ``failure.json`` in its output dir (config and data faults
-    included; for a fault during training with the step and the checkpoint to
-    resume from), and in a sweep ``error.json`` and an ERROR line in its
-    ``train.log``; its exception goes to Hydra, so the other jobs still run,
-    the Optuna sweeper records the trial as failed and goes on
-    (``hydra.sweeper.max_failure_rate``), and ``SweepReport`` lists the
-    jobs when all are done (exit code 1 if one failed).
+    Every failure ends in :func:`attnbench.run.failures.task_wrapper`: one line, ``failure.json``.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     metric = cfg.get("optimized_metric")
-    try:
-        check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
-        check_data_source(cfg)  # no data anywhere: the data error in about a second too
-        from attnbench.run.ddp import ddp_job_scope
-        from attnbench.run.train import train
+    check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
+    check_data_source(cfg)  # no data anywhere: the data error in about a second too
+    from attnbench.run.ddp import ddp_job_scope
+    from attnbench.run.train import train
 
-        with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
-            summary = train(cfg)
-        if metric and summary.get(metric) is None:
-            raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
-    except AttnbenchError as err:  # the user's input or a fault, not a bug: the message, no traceback
-        if _is_rank_zero(cfg):
-            record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
-        job_failed(err)  # exits; in a multirun, re-raised so the other jobs still run
-    except Exception as err:  # a bug: the traceback, and in a sweep the other jobs still run
-        if _is_rank_zero(cfg):
-            record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
-        if _in_sweep():
-            log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
-        raise
+    with ddp_job_scope():  # the next job of a multirun starts its own DDP processes
+        summary = train(cfg, config_checked=True)
+    if metric and summary.get(metric) is None:
+        raise ConfigError(f"optimized_metric={metric} is not in the run summary; it has {sorted(summary)}")
     return float(summary[metric]) if metric else None
 
 
@@ -214,3 +168,7 @@ def main() -> None:
     """Command-line entry point (``python train.py ...``, ``attnbench-train ...``): see :func:`run_cli`."""
     warnings.showwarning = _show_warning
     run_cli(hydra_main)
+
+
+if __name__ == "__main__":  # `python -m attnbench.run.cli ...`: how DDP child processes run the job (run/ddp.py)
+    main()

@@ -8,7 +8,7 @@ adds ``hydra.run.dir=<the run dir>`` so they share one output directory — but
 the command line of a multirun (``-m ...``), an Optuna trial or a job in a
 joblib/submitit worker is not the job's: a child would start the whole sweep
 again, or a launcher's worker module. :func:`use_job_command_for_ddp_children`
-makes the children run exactly this job instead: ``python -m attnbench.run.train
+makes the children run exactly this job instead: ``python -m attnbench.run.cli
 <the job's overrides> hydra.run.dir=<its output dir>``. Under SLURM (or
 ``torchrun``) the processes are started outside Lightning and none of this is
 used.
@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def global_rank_from_env(devices_per_node: int = 1) -> int:
@@ -42,6 +43,12 @@ def global_rank_from_env(devices_per_node: int = 1) -> int:
     return node * max(1, devices_per_node) + local
 
 
+def processes_per_node(cfg: Any) -> int:
+    """``trainer.devices`` when it is a count of processes, else 1 (``auto``, a device list)."""
+    devices = (cfg.get("trainer") or {}).get("devices", 1)
+    return int(devices) if isinstance(devices, int) and devices > 0 else 1
+
+
 _LAUNCHER_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
@@ -60,7 +67,7 @@ def ddp_child_command(task_overrides: Sequence[str], output_dir: Path, local_ran
     instead of the job's ``train.log``.
     """
     command = [
-        sys.executable, "-m", "attnbench.run.train", *task_overrides,
+        sys.executable, "-m", "attnbench.run.cli", *task_overrides,
         f"hydra.run.dir={_quote(output_dir)}", "hydra.output_subdir=null", f"hydra.job.name=train_rank{local_rank}",
     ]
     if log_file_handler:

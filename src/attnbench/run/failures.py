@@ -13,23 +13,133 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import logging
 import math
 import shlex
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from attnbench.errors import AttnbenchError, ConfigError, OutOfMemory, OutputWriteError, RunInterrupted, write_error
-from attnbench.run.outputs import FAILURE_FILE, write_failure
+from attnbench.errors import (
+    AttnbenchError,
+    ConfigError,
+    OutOfMemory,
+    OutputDirTaken,
+    OutputWriteError,
+    RunInterrupted,
+    write_error,
+)
+from attnbench.run.ddp import global_rank_from_env, processes_per_node
+from attnbench.run.loggers import finish_wandb
+from attnbench.run.outputs import FAILURE_FILE, job_output_dir, write_json, writes_held
 
 if TYPE_CHECKING:
-    from attnbench.callbacks.interrupt_checkpoint import InterruptCheckpoint
+    from attnbench.run.resume import InterruptCheckpoint
 
 log = logging.getLogger("attnbench")
+
+
+def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """The Hydra task's one exit for every failure: ``failure.json`` in the job's dir (and ``error.json`` in a
+    sweep), then for the user's input or a fault (:class:`AttnbenchError`) one ``Error: ...`` line and exit code
+    1 (or the signal's), for a bug its traceback. In a multirun the error goes back to Hydra, so the other jobs
+    still run, the Optuna sweeper records the trial as failed, and ``SweepReport`` lists the jobs at the end."""
+
+    @functools.wraps(task)
+    def wrapped(cfg: DictConfig) -> Any:
+        try:
+            return task(cfg)
+        except Exception as err:
+            if _is_rank_zero(cfg):
+                record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
+            if isinstance(err, AttnbenchError):  # the user's input or a fault, not a bug: no traceback
+                _report(err)
+                if _in_sweep() and not isinstance(err, RunInterrupted):
+                    raise
+                raise SystemExit(getattr(err, "exit_code", 1)) from None
+            if _in_sweep():
+                log.error("Job failed: %s: %s", type(err).__name__, err, exc_info=True)
+            raise
+
+    return wrapped
+
+
+def _report(err: BaseException) -> None:
+    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
+    ERROR record in the job's log files (``train.log``)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    print(f"Error: {err}", file=sys.stderr, flush=True)
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _is_rank_zero(cfg: DictConfig) -> bool:
+    return global_rank_from_env(processes_per_node(cfg)) == 0
+
+
+ERROR_FILE = "error.json"
+
+
+def write_failure(output_dir: Path, err: BaseException, where: str = "before training",
+                  checkpoint: str | None = None, metrics: dict[str, Any] | None = None) -> bool:
+    """``<output_dir>/failure.json``: ``status`` (failed or interrupted), ``error`` (the message),
+    ``error_type``, ``where`` (the step, or "before training" for config and data faults), ``checkpoint``
+    (the one to resume from, or null) and ``metrics_so_far``. Written atomically; a failed write is a
+    warning (the original error is what the user must see). Returns whether the file was written."""
+    record = {
+        "status": "interrupted" if isinstance(err, RunInterrupted) else "failed",
+        "error": str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}",
+        "error_type": type(err).__name__,
+        "where": where,
+        "checkpoint": checkpoint,
+        "metrics_so_far": metrics or {},
+    }
+    try:
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_json(output_dir / FAILURE_FILE, record)
+        return True
+    except OSError as write_err:
+        log.warning("Could not write %s: %s", Path(output_dir) / FAILURE_FILE, write_err)
+        return False
+
+
+def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_sweep: bool) -> None:
+    """``<output_dir>/failure.json`` for any failed job (config and data faults included), unless the fault
+    handler of training wrote it for this error (with the step and checkpoint), or the dir holds another run; in a
+    sweep also ``error.json`` (the job's overrides and the error). Call it on rank 0 only."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if isinstance(err, OutputDirTaken) or writes_held():  # another run's dir, or one this job has not written to
+        return
+    if not getattr(err, "failure_recorded", False):  # the training fault handler wrote it, with step and checkpoint
+        trained = any((output_dir / "checkpoints").glob("*.ckpt"))
+        write_failure(output_dir, err, where="after training" if trained else "before training")
+    if not in_sweep:
+        return
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_json(output_dir / ERROR_FILE, {
+            "status": "failed",
+            "error": f"{type(err).__name__}: {err}",
+            "run_name": str(cfg.get("run_name")),
+            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
+        })
+    except Exception as write_err:  # noqa: BLE001 - never hide the original error
+        log.warning("Could not write error.json: %s", write_err)
 
 
 def invalid_config(err: ValueError | KeyError | TypeError) -> ConfigError:
@@ -107,7 +217,7 @@ class FailureHandler:
     Args:
         cfg: the run's composed config (for the messages: ``data.*`` sizes, ``attention.chunk_bytes``).
         output_dir: the job's output dir (``failure.json``).
-        interrupt: the run's :class:`~attnbench.callbacks.interrupt_checkpoint.InterruptCheckpoint` (the trainer,
+        interrupt: the run's :class:`~attnbench.run.resume.InterruptCheckpoint` (the trainer,
             the signal, the checkpoint written).
     """
 
@@ -192,7 +302,9 @@ class FailureHandler:
             yield self
         except BaseException as err:
             user_error = self.translate(err)
-            self._write_failure(user_error or err)
+            if not self._write_failure(user_error or err) and isinstance(user_error, OutputWriteError):
+                user_error = OutputWriteError(str(user_error).replace(
+                    f" and {self.output_dir / FAILURE_FILE}", f" ({FAILURE_FILE} could not be written either)"))
             with contextlib.suppress(AttributeError):  # the command line writes failure.json for the other failures
                 (user_error or err).failure_recorded = True
             finish_wandb(wandb_logger, exit_code=getattr(user_error, "exit_code", 1))
@@ -200,7 +312,7 @@ class FailureHandler:
                 raise
             raise user_error from None
 
-    def _write_failure(self, err: BaseException) -> None:
+    def _write_failure(self, err: BaseException) -> bool:
         from attnbench.callbacks.nan_guard import last_checkpoint
 
         metrics = {}
@@ -210,21 +322,9 @@ class FailureHandler:
                     value = float(v)
                     metrics[k] = value if math.isfinite(value) else str(value)
         checkpoint = self.interrupt.checkpoint
-        write_failure(self.output_dir, err, where=self._where(),
-                      checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer), metrics=metrics)
-
-
-def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
-    """``wandb.finish`` of a started run; a failure is a warning (W&B never hides the real error)."""
-    if wandb_logger is None:
-        return
-    try:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish(exit_code=exit_code)
-    except Exception as err:  # noqa: BLE001 - W&B must never hide the real error
-        log.warning("W&B finish failed: %s", err)
+        return write_failure(self.output_dir, err, where=self._where(),
+                             checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer),
+                             metrics=metrics)
 
 
 def hydra_error_message(err: BaseException) -> str | None:

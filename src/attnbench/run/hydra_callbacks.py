@@ -51,27 +51,46 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
     raise ConfigError(f"no free output directory next to {path}")
 
 
+def _or_exit(claim: Any, key: str) -> Path:
+    """``claim()``; an output dir that cannot be created ends the command with one line (Hydra turns a callback's
+    exception into a warning, then fails with a traceback when it creates the dir itself)."""
+    try:
+        return claim()
+    except OSError as err:
+        print(f"Error: cannot create the output dir {err.filename or ''}: {err.strerror or err}. "
+              f"Choose a writable {key}=<dir>.", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
 class FreshOutputDir(HydraCallback):
     """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken).
 
     Runs before Hydra creates the job directory, so neither ``.hydra/`` nor
-    ``train.log`` of an earlier run is touched.
+    ``train.log`` of an earlier run is touched. A single run that resumes (``ckpt_path``) continues in the dir it
+    names; when that dir holds files, Hydra's ``.hydra/`` copy is set aside and the job holds its writes there
+    until training starts (:func:`attnbench.run.outputs.hold_writes`).
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         if str(config.hydra.output_subdir).startswith(".pl_ddp_hydra_") or os.environ.get("LOCAL_RANK", "0") != "0":
             return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
-        if config.get("ckpt_path"):
-            return  # resuming: the run continues in the dir it names (hydra.run.dir=<run dir> ckpt_path=last)
         wanted = Path(str(config.hydra.run.dir))
-        got = claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench"))
+        if config.get("ckpt_path"):  # resuming: the run continues in the dir it names (ckpt_path=last)
+            if wanted.is_dir() and any(wanted.iterdir()):  # nothing is written there until training starts
+                from attnbench.run.outputs import hold_writes
+
+                hold_writes(wanted, config.hydra.output_subdir)
+                with read_write(config.hydra):
+                    config.hydra.output_subdir = None
+            return
+        got = _or_exit(lambda: claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench")), "hydra.run.dir")
         self._set(config, "run", wanted, got)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("ckpt_path"):
             return  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir> ckpt_path=last)
         wanted = Path(str(config.hydra.sweep.dir))
-        got = claim_dir(wanted, "multirun.yaml", marker_is_file=True)
+        got = _or_exit(lambda: claim_dir(wanted, "multirun.yaml", marker_is_file=True), "hydra.sweep.dir")
         self._set(config, "sweep", wanted, got)
         # every job's config is composed again from the overrides: make the claimed dir one of them
         quoted = str(got).replace("\\", "\\\\").replace("'", "\\'")
@@ -208,9 +227,3 @@ def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
     if len(failed) < len(records):
         lines.append(f"Report: python scripts/report.py {sweep_dir}")
     return "\n".join(lines), len(failed)
-
-
-def sweep_failure_summary(sweep_dir: Path | None) -> str | None:
-    """:func:`sweep_summary`'s text when a job failed, else ``None``."""
-    text, failed = sweep_summary(sweep_dir)
-    return text if failed else None

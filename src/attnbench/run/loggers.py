@@ -1,9 +1,9 @@
-"""Experiment loggers: W&B (online when credentials exist, else offline) and CSV.
+"""The run's loggers: the W&B run (start, summary, finish) and the CSV log.
 
-W&B never prompts and never stops training: when it cannot start online (no
-credentials, server unreachable, a bad entity or project) it falls back to
-offline, and when it cannot start at all the run goes on with the CSV logger
-and ``metrics.json`` (one warning each, one line).
+W&B never prompts and never stops training: online needs credentials and a reachable server, and without them
+the run starts offline at once (one warning saying why); a server that refuses the run (bad entity, project or
+key) also ends in an offline run; when W&B cannot start at all the run goes on with the CSV log and
+``metrics.json``. The mode itself is :func:`attnbench.run.wandb_mode.resolve_wandb_mode`.
 """
 
 from __future__ import annotations
@@ -15,27 +15,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pytorch_lightning.loggers import CSVLogger, Logger
-
 from attnbench.run.wandb_mode import resolve_wandb_mode, wandb_base_url, wandb_credentials_available
 
 log = logging.getLogger(__name__)
 
 
-def _one_line(err: BaseException | None) -> str:
-    text = " ".join(str(err).split()) if err is not None else ""
-    return f"{type(err).__name__}: {text[:300]}" if err is not None else ""
+def _one_line(err: BaseException | str | None) -> str:
+    if err is None or isinstance(err, str):
+        return err or ""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the W&B server (:func:`~attnbench.run.wandb_mode.wandb_base_url`) cannot be reached, or ``None``.
-
-    One TCP connect with a ``timeout`` in seconds, so that an offline machine falls back
-    at once instead of waiting ``init_timeout`` for ``wandb.init``.
-    """
+    """Why the W&B server (:func:`~attnbench.run.wandb_mode.wandb_base_url`) cannot be reached, or ``None``: one
+    TCP connect of at most ``timeout`` seconds, so an offline machine does not wait ``init_timeout``."""
     url = urlparse(wandb_base_url())
-    host = url.hostname or "api.wandb.ai"
-    port = url.port or (80 if url.scheme == "http" else 443)
+    host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return None
@@ -43,126 +38,110 @@ def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
         return f"cannot reach {host}:{port} ({_one_line(err)})"
 
 
-def _without_anonymous(logger: Any) -> Any:
-    """``logger`` (a ``WandbLogger`` not yet started) without the ``anonymous`` argument of its ``wandb.init``.
-
-    ``WandbLogger`` always passes ``anonymous=None``; wandb >= 0.19 deprecated the setting and prints
-    ``wandb: WARNING The anonymous setting has no effect`` for any value passed, ``None`` included
-    (``wandb.init`` only leaves it alone when the argument is absent).
-    """
-    init_kwargs = getattr(logger, "_wandb_init", None)
-    if isinstance(init_kwargs, dict) and init_kwargs.get("anonymous") is None:
-        init_kwargs.pop("anonymous", None)
-    return logger
-
-
-def make_wandb_logger(
-    save_dir: Path,
-    name: str,
-    run_config: dict[str, Any],
-    project: str = "attnbench",
-    entity: str | None = None,
-    group: str | None = None,
-    tags: list[str] | None = None,
-    mode: str = "auto",
-    init_timeout: float = 60.0,
-    start: bool = True,
-    resume: dict[str, str] | None = None,
-) -> Logger | None:
+def make_wandb_logger(save_dir: Path, name: str, run_config: dict[str, Any], project: str = "attnbench",
+                      entity: str | None = None, group: str | None = None, tags: list[str] | None = None,
+                      mode: str = "auto", init_timeout: float = 60.0, start: bool = True,
+                      resume: dict[str, str] | None = None) -> Any:
     """A started ``WandbLogger``, or ``None`` if W&B cannot start at all (warns once).
 
     Args:
         save_dir: the job's output dir; runs go to ``save_dir/wandb/``.
         name: run name (``<attention>-<data>-s<seed>``).
         run_config: the resolved Hydra config, stored as the W&B run config.
-        mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (see :func:`resolve_wandb_mode`).
-        init_timeout: seconds to wait for an online start before falling back.
-        start: start the run now (rank 0). ``False`` on the other processes of a
-            DDP job: their logger stays a no-op, so a job makes one W&B run.
-        resume: ``{"id", "mode"}`` of the run a resumed job continues. An online
-            run is resumed under the same id (``resume="allow"``); an offline one
-            cannot be resumed by W&B, so the job starts a new offline run whose
-            config names it (``resumed_from``).
-
-    Online needs credentials (``WANDB_API_KEY`` or ``wandb login``) and a reachable
-    server; without them this goes offline at once, with a warning saying why.
-    A server that refuses the run (bad entity or project, bad key) also ends
-    in an offline run.
+        mode: ``auto`` | ``online`` | ``offline`` | ``disabled`` (:func:`resolve_wandb_mode`).
+        init_timeout: seconds W&B waits for an online start (its ``Settings.init_timeout``) before the run
+            falls back to offline.
+        start: start the run now (rank 0); ``False`` on the other DDP processes (a no-op logger).
+        resume: ``{"id", "mode"}`` of the run a resumed job continues: an online run is resumed under its id
+            (``resume="allow"``); an offline one cannot be, so a new offline run names it (``resumed_from``).
     """
     mode = resolve_wandb_mode(mode)
     if mode == "disabled":
         return None
-    try:
-        import wandb
-        from pytorch_lightning.loggers import WandbLogger
-    except ImportError as err:  # pragma: no cover - wandb is a hard dependency
-        warnings.warn(f"W&B is not installed ({err}); logging to CSV and metrics.json only.", stacklevel=2)
-        return None
+    import wandb
+    from pytorch_lightning.loggers import WandbLogger
 
     save_dir.mkdir(parents=True, exist_ok=True)
+    common = dict(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir))
     if not start:
-        return _without_anonymous(WandbLogger(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir), mode=mode))
-    attempts = [mode] if mode == "offline" else [mode, "offline"]
-    last_err: Exception | str | None = None
+        return _without_anonymous(WandbLogger(**common, mode=mode))
+    reason = None
     if mode == "online":
-        if not wandb_credentials_available():
-            last_err = "no API key: set WANDB_API_KEY or run `wandb login`"
-        else:
-            last_err = wandb_server_unreachable()
-        if last_err:
-            attempts = ["offline"]
+        reason = ("no API key: set WANDB_API_KEY or run `wandb login`" if not wandb_credentials_available()
+                          else wandb_server_unreachable())
+    attempts = ["offline"] if mode == "offline" or reason else ["online", "offline"]
     for attempt in attempts:
-        resume_kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
         if resume and resume.get("id"):
             if attempt == "online" and resume.get("mode") == "online":
-                resume_kwargs = {"id": resume["id"], "resume": "allow"}
+                kwargs = {"id": resume["id"], "resume": "allow"}
             else:
                 run_config = {**run_config, "resumed_from": resume["id"]}
         try:
-            wb = _without_anonymous(WandbLogger(
-                project=project,
-                entity=entity,
-                name=name,
-                group=group,
-                tags=list(tags or []),
-                save_dir=str(save_dir),
-                mode=attempt,
-                config=run_config,
-                settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True),
-                **resume_kwargs,
-            ))
-            run = wb.experiment  # start now, so failures surface here and not mid-training
-            if resume_kwargs:
-                log.info("W&B run %s resumed (%s).", run.id, getattr(run, "url", "") or attempt)
-            if attempt != mode:
-                reason = last_err if isinstance(last_err, str) else _one_line(last_err)
-                warnings.warn(
-                    f"W&B could not start {mode} ({reason}); this run logs offline to "
-                    f"{save_dir / 'wandb'} — upload it later with `wandb sync`.",
-                    stacklevel=2,
-                )
-            return wb
+            logger = _without_anonymous(WandbLogger(
+                **common, tags=list(tags or []), mode=attempt, config=run_config,
+                settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True), **kwargs))
+            run = logger.experiment  # start now: a failure surfaces here, not mid-training
         except Exception as err:  # noqa: BLE001 - W&B must never stop training
-            last_err = err
+            reason = err
             try:
                 wandb.finish(exit_code=1)
             except Exception as finish_err:  # noqa: BLE001
                 log.debug("wandb.finish after a failed start: %s", finish_err)
-    warnings.warn(
-        f"W&B could not start ({_one_line(last_err) if not isinstance(last_err, str) else last_err}); "
-        "logging to CSV and metrics.json only.",
-        stacklevel=2,
-    )
+            continue
+        if kwargs:
+            log.info("W&B run %s resumed (%s).", run.id, getattr(run, "url", "") or attempt)
+        if attempt != mode:
+            warnings.warn(f"W&B could not start {mode} ({_one_line(reason)}); this run logs offline to "
+                          f"{save_dir / 'wandb'} — upload it later with `wandb sync`.", stacklevel=2)
+        return logger
+    warnings.warn(f"W&B could not start ({_one_line(reason)}); logging to CSV and metrics.json only.",
+                  stacklevel=2)
     return None
 
 
-def make_csv_logger(save_dir: Path) -> CSVLogger:
-    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders).
+def _without_anonymous(logger: Any) -> Any:
+    """``logger`` without the ``anonymous=None`` ``WandbLogger`` passes to ``wandb.init`` (wandb >= 0.19 warns
+    for any value of that deprecated setting)."""
+    init_kwargs = getattr(logger, "_wandb_init", None)
+    if isinstance(init_kwargs, dict) and init_kwargs.get("anonymous") is None:
+        init_kwargs.pop("anonymous", None)
+    return logger
 
-    A resumed run writes into the same folder, where Lightning's CSV writer
-    would delete the earlier ``metrics.csv``: it is kept as
-    ``metrics.part1.csv`` (``part2``, ... for later resumes) instead.
-    """
+
+def wandb_summary(wandb_logger: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """Write ``summary`` into the W&B run summary; the run's id, dir, mode and group for ``metrics.json``
+    (``{}``, with a warning, when W&B fails)."""
+    try:
+        run = wandb_logger.experiment
+        run.summary.update(summary)
+        info = dict(wandb_run_id=run.id, wandb_run_dir=str(Path(run.dir).parent), wandb_mode=run.settings.mode)
+        if run.group:
+            info["wandb_group"] = run.group
+        return info
+    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+        warnings.warn(f"W&B summary update failed: {err}", stacklevel=1)
+        return {}
+
+
+def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
+    """``wandb.finish`` of a started run (when ``wandb_logger`` is set); a failure is a warning."""
+    if not wandb_logger:
+        return
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish(exit_code=exit_code)
+    except Exception as err:  # noqa: BLE001 - W&B must never hide the real error
+        log.warning("W&B finish failed: %s", err)
+
+
+def make_csv_logger(save_dir: Path) -> Any:
+    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders). A resumed run's earlier
+    ``metrics.csv`` is kept as ``metrics.part1.csv`` (``part2``, ... for later resumes)."""
+    from pytorch_lightning.loggers import CSVLogger
+
     current = save_dir / "csv" / "metrics.csv"
     if current.is_file():
         part = 1
@@ -174,16 +153,11 @@ def make_csv_logger(save_dir: Path) -> CSVLogger:
 
 
 def csv_log_segments(save_dir: Path) -> list[Path]:
-    """The CSV logs :func:`make_csv_logger` wrote into ``save_dir/csv``, oldest first: ``metrics.part1.csv``,
-    ``metrics.part2.csv``, ... (one per earlier segment of a resumed run), then ``metrics.csv``; ``[]`` when there
-    is none. A reader of the run's history must read them all (a resumed segment's ``metrics.csv`` starts at its
-    resume step); :func:`attnbench.report_stats.join_log_segments` joins them."""
+    """The CSV logs of :func:`make_csv_logger` in ``save_dir/csv``, oldest first (``metrics.part1.csv``, ...,
+    then ``metrics.csv``; ``[]`` when there is none): a resumed segment's ``metrics.csv`` starts at its resume
+    step, so a reader of the whole history reads them all."""
     folder = Path(save_dir) / "csv"
     parts = []
-    part = 1
-    while (folder / f"metrics.part{part}.csv").is_file():
-        parts.append(folder / f"metrics.part{part}.csv")
-        part += 1
-    if (folder / "metrics.csv").is_file():
-        parts.append(folder / "metrics.csv")
-    return parts
+    while (folder / f"metrics.part{len(parts) + 1}.csv").is_file():
+        parts.append(folder / f"metrics.part{len(parts) + 1}.csv")
+    return parts + ([folder / "metrics.csv"] if (folder / "metrics.csv").is_file() else [])

@@ -1,7 +1,8 @@
-"""What a job writes into its output dir besides checkpoints and logs: ``metrics.json``, ``failure.json``,
-``error.json``; the never-overwrite rule; one copy of the final checkpoint.
+"""A job's output dir: where it is, the never-overwrite rule, writes held while a resume has not started
+training, atomic files (``metrics.json``; ``failure.json`` and ``error.json`` are written by
+:mod:`attnbench.run.failures`), one copy of the final checkpoint.
 
-No torch import at module level: the command line writes ``failure.json`` for config errors before torch loads.
+No torch import at module level: the command line checks the dir before torch loads.
 """
 
 from __future__ import annotations
@@ -14,12 +15,74 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnbench.errors import AttnbenchError, OutputDirTaken, RunInterrupted
+from attnbench.errors import OutputDirTaken
 
 log = logging.getLogger("attnbench")
 
 FAILURE_FILE = "failure.json"
-ERROR_FILE = "error.json"
+
+#: A job that continues in a dir holding a previous run's files (``ckpt_path`` with ``hydra.run.dir=<run dir>``)
+#: holds its writes there until training starts (:func:`release_writes`): Hydra's ``.hydra/`` copy of the config
+#: (set aside by :class:`attnbench.run.hydra_callbacks.FreshOutputDir`) and the ``train.log`` records
+#: (:class:`RunLogFileHandler`). A command refused or failed before then leaves every file of that dir as it was.
+_HELD: dict[str, Any] = {"dir": None, "hydra_subdir": None, "handlers": []}
+
+
+def hold_writes(output_dir: Path, hydra_subdir: str | None) -> None:
+    """Hold this job's writes into ``output_dir`` (an existing run's dir) until :func:`release_writes`."""
+    _HELD.update(dir=Path(output_dir), hydra_subdir=hydra_subdir, handlers=[])
+
+
+def writes_held() -> bool:
+    """True while this job holds its writes (:func:`hold_writes`): nothing may be written into its dir."""
+    return _HELD["dir"] is not None
+
+
+def release_writes(cfg: DictConfig) -> None:
+    """Training starts: write the held ``.hydra/`` files (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``, as
+    Hydra does) and the held ``train.log`` records; later writes go straight to their files."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    if _HELD["dir"] is None:
+        return
+    subdir = _HELD["hydra_subdir"]
+    if subdir and HydraConfig.initialized():
+        hydra_cfg = OmegaConf.create({"hydra": OmegaConf.to_container(HydraConfig.get())})
+        with read_write(hydra_cfg), open_dict(hydra_cfg):
+            hydra_cfg.hydra.output_subdir = subdir
+        folder = _HELD["dir"] / subdir
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
+                           ("overrides.yaml", OmegaConf.create(list(HydraConfig.get().overrides.task)))):
+            write_text(folder / name, OmegaConf.to_yaml(node))
+    handlers = _HELD["handlers"]
+    _HELD.update(dir=None, hydra_subdir=None, handlers=[])
+    for handler in handlers:
+        handler.write_held()
+
+
+class RunLogFileHandler(logging.FileHandler):
+    """``logging.FileHandler`` of ``train.log`` that, while the job holds its writes (:func:`hold_writes`), keeps
+    the records in memory and opens no file; :func:`release_writes` writes them."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = False) -> None:
+        self._held: list[logging.LogRecord] | None = [] if writes_held() else None
+        super().__init__(filename, mode, encoding, delay=delay or self._held is not None)
+        if self._held is not None:
+            _HELD["handlers"].append(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._held is None:
+            super().emit(record)
+            return
+        record.msg, record.args = record.getMessage(), None  # the message as it reads now
+        self._held.append(record)
+
+    def write_held(self) -> None:
+        held, self._held = self._held or [], None
+        for record in held:
+            super().emit(record)
 
 
 def job_output_dir(cfg: DictConfig) -> Path:
@@ -31,11 +94,21 @@ def job_output_dir(cfg: DictConfig) -> Path:
     return Path(cfg.get("output_dir") or "outputs/adhoc").resolve()
 
 
+def write_text(path: Path, text: str) -> None:
+    """``text`` at ``path``, atomically (a temporary file in the same folder, then ``os.replace``): the file is
+    complete or as it was; the temporary file is removed when the write fails (a full disk)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """``data`` as indented, key-sorted JSON at ``path``, atomically: the file is complete or absent."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    """``data`` as indented, key-sorted JSON at ``path``, atomically (:func:`write_text`)."""
+    write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
@@ -60,53 +133,6 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
             f"{output_dir} already holds a previous run's outputs ({', '.join(taken)}); it is never overwritten. "
             "Choose another output dir (hydra.run.dir=...) or move that run away."
         )
-
-
-def write_failure(output_dir: Path, err: BaseException, where: str = "before training",
-                  checkpoint: str | None = None, metrics: dict[str, Any] | None = None) -> None:
-    """``<output_dir>/failure.json``: ``status`` (failed or interrupted), ``error`` (the message),
-    ``error_type``, ``where`` (the step, or "before training" for config and data faults), ``checkpoint``
-    (the one to resume from, or null) and ``metrics_so_far``. Written atomically; a failed write is a
-    warning (the original error is what the user must see)."""
-    record = {
-        "status": "interrupted" if isinstance(err, RunInterrupted) else "failed",
-        "error": str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}",
-        "error_type": type(err).__name__,
-        "where": where,
-        "checkpoint": checkpoint,
-        "metrics_so_far": metrics or {},
-    }
-    try:
-        output_dir = Path(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / FAILURE_FILE, record)
-    except OSError as write_err:
-        log.warning("Could not write %s: %s", Path(output_dir) / FAILURE_FILE, write_err)
-
-
-def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_sweep: bool) -> None:
-    """``<output_dir>/failure.json`` for any failed job (config and data faults included), unless the fault
-    handler of training wrote it for this error (with the step and checkpoint), or the dir holds another run; in a
-    sweep also ``error.json`` (the job's overrides and the error). Call it on rank 0 only."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if isinstance(err, OutputDirTaken):
-        return
-    if not getattr(err, "failure_recorded", False):  # the training fault handler wrote it, with step and checkpoint
-        trained = any((output_dir / "checkpoints").glob("*.ckpt"))
-        write_failure(output_dir, err, where="after training" if trained else "before training")
-    if not in_sweep:
-        return
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / ERROR_FILE, {
-            "status": "failed",
-            "error": f"{type(err).__name__}: {err}",
-            "run_name": str(cfg.get("run_name")),
-            "overrides": list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else [],
-        })
-    except Exception as write_err:  # noqa: BLE001 - never hide the original error
-        log.warning("Could not write error.json: %s", write_err)
 
 
 def link_last_to_best(best: Path, last: Path) -> bool:

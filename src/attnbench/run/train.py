@@ -30,17 +30,23 @@ from pytorch_lightning.callbacks import LearningRateMonitor
 from pytorch_lightning.callbacks.progress import ProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
-from attnbench.callbacks.interrupt_checkpoint import InterruptCheckpoint
 from attnbench.callbacks.nan_guard import NonFiniteLossGuard
-from attnbench.callbacks.resume_state import ResumeState
-from attnbench.callbacks.run_stats import RunStats
+from attnbench.callbacks.throughput import Throughput
 from attnbench.config import check_run_config
 from attnbench.models.module import TextClassifierModule
 from attnbench.run.console import format_summary
-from attnbench.run.ddp import global_rank_from_env, use_job_command_for_ddp_children
-from attnbench.run.failures import FailureHandler, finish_wandb, from_instantiation, invalid_config
-from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, write_json
-from attnbench.run.resume import checkpoint_extras, resolve_checkpoint
+from attnbench.run.ddp import global_rank_from_env, processes_per_node, use_job_command_for_ddp_children
+from attnbench.run.failures import FailureHandler, from_instantiation, invalid_config
+from attnbench.run.loggers import finish_wandb, wandb_summary
+from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, release_writes, write_json
+from attnbench.run.resume import (
+    AtomicCheckpointIO,
+    InterruptCheckpoint,
+    ResumeState,
+    check_checkpoint_fits,
+    checkpoint_extras,
+    resolve_checkpoint,
+)
 
 log = logging.getLogger("attnbench")
 
@@ -100,11 +106,6 @@ def multirun_group(cfg: DictConfig) -> str | None:
     return None
 
 
-def processes_per_node(cfg: DictConfig) -> int:
-    devices = cfg.trainer.get("devices", 1)
-    return int(devices) if isinstance(devices, int) and devices > 0 else 1
-
-
 def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any]:
     """``val_check_interval=max_steps`` when the run ends before its first epoch does.
 
@@ -133,7 +134,7 @@ def build_module(cfg: DictConfig, vocab_size: int, num_classes: int, max_length:
                        scheduler=instantiate(cfg.module.scheduler))
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
     """Fail in a second, before any data work, if the model or optimizer config cannot work.
 
     The range checks of :func:`attnbench.config.check_run_config`, then the model built once with a 2-token
@@ -142,7 +143,8 @@ def check_config(cfg: DictConfig) -> None:
     Raises:
         ConfigError: with the offending key and value.
     """
-    check_run_config(cfg)
+    if not ranges_checked:
+        check_run_config(cfg)
     try:
         build_module(cfg, vocab_size=2, num_classes=2, max_length=int(cfg.data.max_length), pad_id=0)
     except InstantiationException as err:
@@ -168,7 +170,7 @@ def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: d
 
 def build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool) -> list[pl.Callback]:
     """The callbacks of ``cfg.callbacks`` (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``), and a
-    :class:`RunStats` if none is configured (the summary needs it)."""
+    :class:`Throughput` if none is configured (the summary needs it)."""
     callbacks = []
     for node in (cfg.get("callbacks") or {}).values():
         if node is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
@@ -179,16 +181,18 @@ def build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool) -> list
         if isinstance(callback, LearningRateMonitor) and not has_logger:
             continue  # logger=none: nothing to log the learning rate to (Lightning would stop the run)
         callbacks.append(callback)
-    if not any(isinstance(c, RunStats) for c in callbacks):
-        callbacks.append(RunStats())
+    if not any(isinstance(c, Throughput) for c in callbacks):
+        callbacks.append(Throughput())
     return callbacks
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
     """Train, select the best checkpoint on ``val/acc``, test it, and log everything.
 
     Args:
         cfg: the composed config of ``conf/train.yaml``.
+        config_checked: :func:`attnbench.config.check_run_config` has passed (the command line runs it before
+            torch loads); the checks that build the model still run.
 
     Returns:
         The run summary (also written to ``<output_dir>/metrics.json`` and the
@@ -204,7 +208,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             training, each with a message naming what to change (``failure.json`` records them).
     """
     t_start = time.perf_counter()
-    check_config(cfg)
+    check_config(cfg, ranges_checked=config_checked)
     output_dir = job_output_dir(cfg)
     check_output_dir(output_dir, resuming=bool(cfg.get("ckpt_path")))
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -224,6 +228,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     module = build_module(cfg, datamodule.vocab_size, datamodule.num_classes, datamodule.max_length,
                           datamodule.pad_id)
 
+    if ckpt_path:
+        check_checkpoint_fits(ckpt_path, module)
     loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
     wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
     callbacks = build_callbacks(cfg, output_dir, has_logger=bool(loggers))
@@ -233,9 +239,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     interrupt = InterruptCheckpoint(output_dir / "checkpoints")
     guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
     trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=loggers or False, callbacks=[*callbacks, *guards],
-                                default_root_dir=str(output_dir), **validation_for_short_runs(cfg, datamodule))
+                                default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
+                                **validation_for_short_runs(cfg, datamodule))
     log.info("Training %s on %s: %s parameters, output in %s", cfg.attention.name, cfg.data.name,
              f"{sum(p.numel() for p in module.parameters()):,}", output_dir)
+    release_writes(cfg)  # a resumed run's dir: its .hydra/ copy and train.log are written from here on
     failures = FailureHandler(cfg, output_dir, interrupt)
     with failures.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
@@ -256,8 +264,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         test_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
 
     summary: dict[str, Any] = {**fit_metrics, **test_metrics, **steps}
-    measured_on: dict[str, str] = {}  # RunStats: the host of each rate (text: metrics.json and W&B, not the loggers)
-    for callback in callbacks:  # RunStats, AttentionDiagnostics: their whole-run figures
+    measured_on: dict[str, str] = {}  # Throughput: the host of each rate (text: metrics.json and W&B, not the loggers)
+    for callback in callbacks:  # Throughput, AttentionDiagnostics: their whole-run figures
         summary.update(getattr(callback, "summary", None) or {})
         measured_on.update(getattr(callback, "measured_on", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
@@ -277,8 +285,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
     finish_wandb(wandb_logger)
     to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
-    print(format_summary(summary, info), flush=True)  # once, headline first; all figures are in metrics.json
+    # once, headline first; all figures are in metrics.json
+    print(format_summary(summary, {**info, **class_balance(datamodule)}), flush=True)
     return summary
+
+
+def class_balance(datamodule: Any) -> dict[str, Any]:
+    """``num_classes`` and ``test_largest_class_share`` (the fraction of the test split in its largest class:
+    the accuracy of always answering that class), or ``{}`` for a data module without those."""
+    labels = getattr((getattr(datamodule, "splits", None) or {}).get("test"), "labels", None)
+    if not labels:
+        return {}
+    largest = max(labels.count(label) for label in set(labels))
+    return {"num_classes": int(datamodule.num_classes), "test_largest_class_share": largest / len(labels)}
 
 
 def steps_done_and_planned(trainer: pl.Trainer) -> dict[str, float]:
@@ -380,20 +399,6 @@ def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt
     return info
 
 
-def wandb_summary(wandb_logger: WandbLogger, summary: dict[str, Any]) -> dict[str, Any]:
-    """Write ``summary`` into the W&B run summary; the run's id, dir, mode and group for ``metrics.json``."""
-    try:
-        run = wandb_logger.experiment
-        run.summary.update(summary)
-        info = dict(wandb_run_id=run.id, wandb_run_dir=str(Path(run.dir).parent), wandb_mode=run.settings.mode)
-        if run.group:
-            info["wandb_group"] = run.group
-        return info
-    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
-        warnings.warn(f"W&B summary update failed: {err}", stacklevel=1)
-        return {}
-
-
 def log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
     """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
     (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
@@ -411,8 +416,3 @@ def to_log_files(message: str, *args: Any) -> None:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
 
-
-if __name__ == "__main__":  # `python -m attnbench.run.train ...`: how DDP child processes run the job (run/ddp.py)
-    from attnbench.run.cli import main
-
-    main()

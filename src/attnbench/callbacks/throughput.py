@@ -1,8 +1,8 @@
-"""Whole-run throughput, peak memory and parameter count (:class:`RunStats`), for the summary and ``metrics.json``.
+"""Whole-run throughput, peak memory and parameter count (:class:`Throughput`), for the summary and ``metrics.json``.
 
 The per-step throughput series comes from Lightning's own ``ThroughputMonitor``
 (configured in ``conf/callbacks/default.yaml`` with :func:`batch_size` and
-:func:`num_tokens`); :class:`RunStats` adds the whole-run figures that go into
+:func:`num_tokens`); :class:`Throughput` adds the whole-run figures that go into
 the run summary and ``metrics.json``.
 """
 
@@ -34,8 +34,8 @@ def machine_boot() -> str:
 
     Two rates measured under one value were measured on one machine between two restarts; a rate of another
     machine, or of the same virtual machine started again (its hostname may be the same), gets another value.
-    :func:`attnbench.report_stats.summarise` pairs rates only within one value, since the same jobs ran 40%
-    faster on one such machine than on another (compare re-run, 2026-11).
+    :func:`attnbench.report_stats.summarise` pairs rates only within one value (two machines of one name can
+    differ in speed).
     """
     node = socket.gethostname() or "unknown-host"
     try:
@@ -102,7 +102,7 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # bytes on macOS, KiB on Linux
 
 
-class RunStats(pl.Callback):
+class Throughput(pl.Callback):
     """Whole-run throughput, peak memory and parameter count.
 
     Training rate: samples and non-padding tokens of every training batch after
@@ -274,7 +274,7 @@ class RunStats(pl.Callback):
         self._reset_train()
         self._world_size, self._device, self._restored_peak = trainer.world_size, pl_module.device, 0
         self._restored_hosts = set()
-        # one RunStats fitted again: nothing of the earlier fit's rates or hosts may pass for this one's
+        # one Throughput fitted again: nothing of the earlier fit's rates or hosts may pass for this one's
         self.measured_on.clear()
         for key in [k for k in self.summary if k.startswith(("train/", "test/"))]:
             del self.summary[key]

@@ -360,3 +360,5 @@ def sqlite_url(path: str) -> str:
 
 
 OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)
+
+import attnbench.experiments.registry  # noqa: E402,F401  (registers ${attnbench.score_functions:}, used by conf/experiment)

@@ -363,3 +363,16 @@ class RunStats(pl.Callback):
             if self._records_cpu_share(trainer, pl_module):
                 self.summary["test/cpu_share"] = (time.thread_time() - self._test_cpu0) / elapsed
         self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))
+
+
+#: a run whose training (test) thread ran on a CPU core for less than this share of the wall time of its measured
+#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`RunStats`) was paused or shared its core: the report
+#: leaves its training (test) rates out of the throughput columns and the console marks them. An undisturbed CPU
+#: run reads 0.98-0.99; two runs on one core read 0.49 each (measured here).
+MIN_CPU_SHARE = 0.9
+#: summary column, metric, the cpu-share metric that vouches for it
+RATE_COLUMNS = (
+    ("train_tok_s", "train/tokens_per_sec", "train/cpu_share"),
+    ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
+    ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
+)

@@ -13,8 +13,8 @@ that renders the table from it (derived columns, e.g. ratios to a baseline, are 
     attnbench tables           # rewrite every generated table in place
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
-tests/test_readme_tables.py runs ``--check``'s logic, so a hand-edited number (or an edited source without a
-re-run) fails the suite. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
+``--check`` (run by tests/test_readme_tables.py and CI) names every stale block, so a hand-edited number (or an
+edited source without a re-run) fails. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
 paired Δ or interval end) must also appear in one of its generated tables (:func:`unsourced_prose_numbers`). Tables whose numbers come from runs whose result files are not in the repository are
 listed in :data:`NOT_GENERATED` with the reason; they are not marked.
 
@@ -33,8 +33,8 @@ which ``attnbench reproduce`` copies to ``docs/results/<device>/<stage>.csv``. T
 3. run ``attnbench tables`` (fills the table in) and drop the stage's entry from
    :data:`NOT_GENERATED`.
 
-tests/test_readme_tables.py then holds the table to its CSV; a CSV that exists with a renderer but no marker
-fails that test, so a committed result is never left unshown.
+``--check`` then holds the table to its CSV; a CSV that exists with a renderer but no marker fails it, so a
+committed result is never left unshown.
 """
 
 from __future__ import annotations
@@ -623,6 +623,16 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.root / "docs").is_dir():
         parser.error(f"{args.root.resolve()} has no docs/: run it from the repository's root, or pass --root <checkout>")
     differ = False
+    shown = {source for path in markdown_files(args.root) for source in sources_in(path.read_text(encoding="utf-8"))}
+    for source in sorted(s for s in RENDERERS if (args.root / s).is_file() and s not in shown):
+        differ = True  # a committed result no page shows
+        print(f"{source}: a result file with a renderer that no page shows: put its markers where it belongs "
+              "(<!-- generated: SOURCE --> and <!-- end generated -->)")
+    missing = sorted(s for s in shown if not (args.root / s).is_file())
+    for source in missing:
+        print(f"{source}: a generated block's source that does not exist (restore it, or remove the block)")
+    if missing:
+        return 1
     for path in markdown_files(args.root):
         old = path.read_text(encoding="utf-8")
         stray = unsourced_prose_numbers(old)

@@ -1085,7 +1085,8 @@ def _main(argv: list[str] | None = None) -> int:
         parser.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     stages = [s for s in STAGES if s in stages]  # always in the documented order
     out = (args.out or ROOT / "results" / args.device).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    if not args.dry_run:  # a dry run writes nothing
+        out.mkdir(parents=True, exist_ok=True)
     lock = None if args.dry_run or args.write_estimates or args.save_progress else lock_results_dir(out)  # noqa: F841
     manifest = load_manifest(out)
     if args.save_progress:  # no plan, no lock: it reads finished runs only, also while a reproduction runs

@@ -162,7 +162,7 @@ def test_runs_skips_resumes_reports_and_records(tmp_path):
     metrics = {name: json.loads((d / "metrics.json").read_text()) for name, d in runs.items()}
     assert {m["attention"] for m in metrics.values()} == {"dot", "scaled_dot"}
     manifest = json.loads((out / "manifest.json").read_text())
-    commit = reproduce.git_commit()
+    commit = reproduce.code_commit()
     for name in runs:
         entry = manifest["jobs"][f"compare/{name}"]
         assert entry["status"] == "done" and entry["commits"] == [commit] and entry["complete_run_seconds"] > 0

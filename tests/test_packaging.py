@@ -116,3 +116,16 @@ def test_an_installed_attnbench_runs_its_subcommands_from_any_directory(wheel, t
     unknown = attnbench("reprodce")
     assert unknown.returncode == 2 and "did you mean 'reproduce'?" in unknown.stderr
     assert list(elsewhere.iterdir()) == []  # nothing written where it ran
+
+
+def test_attnbench_train_is_the_hydra_app_of_train_py(tmp_path):
+    """``attnbench train <overrides>`` hands its arguments to the same Hydra app as ``python train.py``: the
+    composed job config (``--cfg job``) is the same, byte for byte."""
+    args = ["attention=additive", "trainer.max_steps=20", "seed=3", "--cfg", "job"]
+    shim = subprocess.run([sys.executable, str(REPO_ROOT / "train.py"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    command = subprocess.run([sys.executable, "-m", "attnbench", "train", *args], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+    assert shim.returncode == 0 and command.returncode == 0, shim.stderr[-2000:] + command.stderr[-2000:]
+    assert "  name: additive" in command.stdout.splitlines() and "seed: 3" in command.stdout.splitlines()
+    assert command.stdout == shim.stdout

@@ -49,7 +49,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFEST = REPO_ROOT / "docs" / "results" / "cpu" / "manifest.json"
 DEFAULT_JSON = REPO_ROOT / "docs" / "results" / "cpu" / "training_code_check.json"
-#: the paths whose changes could change a training run (as reproduce.py's "+dirty" check, less scripts/)
+#: the paths whose changes could change a training run (as attnbench reproduce's "+dirty" check, less scripts/)
 TRAINING_PATHS = ("src", "conf", "train.py")
 #: the job overrides that define a stage's configuration; seed, attention, output dir and resume are not kept
 CONFIG_KEYS = ("experiment", "data", "data.max_length", "model.head_dim", "model")
@@ -152,7 +152,7 @@ def compare_runs(reference: Path, candidate: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="reproduce.py's manifest.json")
+    parser.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST, help="attnbench reproduce's manifest.json")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the result")
     parser.add_argument("--work", type=Path, default=None,
                         help="worktrees and runs, kept (give the same one again to continue a stopped check); "

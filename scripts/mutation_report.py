@@ -41,7 +41,7 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 # (group, target, predicate on the mutant name)
 GROUPS = [
     ("score functions and fast paths (attention/)", 0.90, lambda n: n.startswith("attnbench.attention.")),
-    ("report statistics (report_stats.py)", 0.90, lambda n: n.startswith("attnbench.report_stats.")),
+    ("report statistics (analysis/stats.py)", 0.90, lambda n: n.startswith("attnbench.analysis.stats.")),
     ("throughput and diagnostics arithmetic (callbacks/run_stats.py, callbacks/diagnostics.py)", 0.80,
      lambda n: n.startswith(("attnbench.callbacks.run_stats.", "attnbench.callbacks.diagnostics."))),
     ("data splits, samplers, cache key (data/splits.py, samplers.py, cache.py)", 0.80,

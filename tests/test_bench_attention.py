@@ -1,16 +1,13 @@
-"""scripts/bench_attention.py: a tiny real run, read back from its files."""
+"""attnbench bench attention: a tiny real run, read back from its files."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
-import sys
 
 import pytest
 
-from .conftest import REPO_ROOT
 
 # One torch thread: on a shared 2-core CI machine, two threads spend most of a
 # tiny op waiting for a descheduled sibling, which makes this test slow, not wrong.
@@ -20,14 +17,10 @@ TINY = ["--scores", "dot,additive", "--lengths", "16,32", "--head-dims", "8", "-
 
 @pytest.fixture(scope="module")
 def bench():
-    """The script as a module (it is not part of the package)."""
-    name = "bench_attention"
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / "bench_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses need the module registered while it executes
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(name, None)
+    """The benchmark module (``attnbench bench attention``)."""
+    from attnbench.bench import attention
+
+    return attention
 
 
 def _read_rows(out):

@@ -1,8 +1,7 @@
-"""scripts/bench_train.py's FLOP accounting and scripts/bench_short_attention.py run on real inputs."""
+"""attnbench bench train's FLOP accounting and attnbench bench short run on real inputs."""
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 import subprocess
 import sys
@@ -17,11 +16,11 @@ from .conftest import REPO_ROOT
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    """A benchmark module: ``bench_train`` -> :mod:`attnbench.bench.train`, ``bench_short_attention`` -> ``.short``."""
+    import importlib
+
+    return importlib.import_module({"bench_train": "attnbench.bench.train",
+                                    "bench_short_attention": "attnbench.bench.short"}[name])
 
 
 def _module() -> TextClassifierModule:
@@ -76,7 +75,7 @@ def test_short_attention_ratios(monkeypatch):
 
 def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
     """In its own process (mallopt is process-wide): the header names the fixed thresholds on glibc."""
-    cmd = [sys.executable, str(REPO_ROOT / "scripts" / "bench_short_attention.py"), "--batch", "2", "--length", "4",
+    cmd = [sys.executable, "-m", "attnbench", "bench", "short", "--batch", "2", "--length", "4",
            "--rounds", "1", "--number", "1"]
     header = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout.splitlines()[0]
     if platform.libc_ver()[0] == "glibc":
@@ -87,7 +86,7 @@ def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
 
 @pytest.mark.slow  # 10-200 s on 2 cores: CI's slow step runs it, so the default suite stays under 15 min
 def test_bench_train_attention_json_holds_every_run_and_the_best(tmp_path, monkeypatch):
-    """`bench_train.py --attention ... --json` (the cost stage of scripts/reproduce.py): every interleaved run
+    """`attnbench bench train --attention ... --json` (the cost stage of attnbench reproduce): every interleaved run
     per score function, the best = the largest of them, the settings and the machine."""
     bench = _script("bench_train")
     out = tmp_path / "cost" / "train_throughput.json"

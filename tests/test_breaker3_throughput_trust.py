@@ -18,20 +18,15 @@ framework's speed (or cost) with nothing saying it is wrong; all three are fixed
 
 from __future__ import annotations
 
-import importlib.util
-
 import pandas as pd
 import pytest
 
-from attnbench.report_stats import ACC, STATUS_OK
+from attnbench.analysis import report
+from attnbench.analysis.stats import ACC, STATUS_OK
 from attnbench.run.console import format_summary
 
-from .conftest import REPO_ROOT
 from .test_faults import run_in_process, toy  # noqa: F401 - toy is a fixture used here
 
-_spec = importlib.util.spec_from_file_location("report_b3", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
 
 TOY_TRAIN_BATCHES = 22  # the toy split: 176 training rows in batches of 8 (tests/test_max_time.py)
 

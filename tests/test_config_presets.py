@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from attnbench.config import config_dir
-from attnbench.report_stats import flatten_config, is_relevant
+from attnbench.analysis.stats import flatten_config, is_relevant
 
 CONF = config_dir()
 MODEL_PRESETS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))

@@ -9,7 +9,6 @@ and the report's median over the undisturbed runs.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from types import SimpleNamespace
 
@@ -18,13 +17,8 @@ import pytest
 import torch
 
 from attnbench.callbacks.throughput import Throughput
-from attnbench.report_stats import ACC, MIN_CPU_SHARE, STATUS_OK, disturbed_runs, summarise
-
-from .conftest import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
+from attnbench.analysis.stats import ACC, MIN_CPU_SHARE, STATUS_OK, disturbed_runs, summarise
+from attnbench.analysis import report
 
 
 class _Clocks:

@@ -2,14 +2,14 @@
 
 Each fenced shell command (```bash blocks) of the README and the docs pages is covered in at least one way:
 
-- **composed**: a ``python train.py ...`` command is composed with Hydra's compose API, job by job (a ``-m``
+- **composed**: a ``python train.py ...`` (or ``attnbench train ...``) command is composed with Hydra's compose API, job by job (a ``-m``
   sweep expanded as Hydra's basic sweeper expands it, an experiment's ``hydra.sweeper.params`` included,
   Optuna's search space at both ends of each interval), resolved, and checked by
   :func:`attnbench.config.check_run_config` -- what ``python train.py ... --cfg job`` proves (the groups,
   options and keys exist, the values have the schema's types and ranges), without starting a process per job;
 - **run**: a few commands run for real through ``train.py``, cut to a few steps (:data:`REAL_RUNS`);
-- **flags**: a ``python scripts/<x>.py ...`` command's flags are each in the script's ``--help``
-  (``mutmut run --help`` for ``scripts/mutation.sh``, which passes its arguments on);
+- **flags**: an ``attnbench <command> ...`` or ``python scripts/<x>.py ...`` command's flags are each in that
+  command's ``--help`` (``mutmut run --help`` for ``scripts/mutation.sh``, which passes its arguments on);
 - **mapped**: the command is run by a named test or by CI (:data:`MAPPED`: command prefix -> test node ids
   that must exist, or ``.ci/run`` lines that must be there).
 
@@ -65,11 +65,11 @@ class DocCommand:
 
     @property
     def is_train(self) -> bool:
-        return self.argv[:2] == ("python", "train.py")
+        return self.argv[:2] in (("python", "train.py"), ("attnbench", "train"))
 
     @property
     def overrides(self) -> list[str]:
-        """The Hydra overrides of a ``python train.py`` command (``-m`` dropped)."""
+        """The Hydra overrides of a ``python train.py`` / ``attnbench train`` command (``-m`` dropped)."""
         return [a for a in self.argv[2:] if a not in ("-m", "--multirun")]
 
     @property
@@ -158,26 +158,30 @@ MAPPED: dict[str, list[str]] = {
     "python train.py data=files data.name=pairs": [
         "tests/test_data_sources.py::test_sentence_pairs_are_joined_with_a_separator_token"],
     # reports
-    "python scripts/report.py outputs/train/runs": ["tests/test_report_runs.py::test_folder_of_single_runs"],
-    "python scripts/report.py RUN_DIR_1 RUN_DIR_2 --wandb": [
+    "attnbench report outputs/train/runs": ["tests/test_report_runs.py::test_folder_of_single_runs"],
+    "attnbench report RUN_DIR_1 RUN_DIR_2 --wandb": [
         "tests/test_report_runs.py::test_list_of_run_dirs_and_a_folder_of_sweeps",
         "tests/test_report_runs.py::test_wandb_project_group_through_the_api"],
-    "python scripts/report.py outputs/": ["tests/test_report.py::test_statistics_by_hand",
-                                          "tests/test_train_e2e.py::test_report_reads_the_real_multirun"],
+    "attnbench report outputs/": ["tests/test_report.py::test_statistics_by_hand",
+                                  "tests/test_train_e2e.py::test_report_reads_the_real_multirun"],
+    "attnbench tables --check": ["tests/test_readme_tables.py::test_every_generated_block_matches_its_source"],
     # benchmarks
-    "python scripts/bench_attention.py": ["tests/test_bench_attention.py::test_tiny_run_writes_real_measurements",
-                                          "tests/test_bench_attention.py::test_default_sizes_sweep_n_at_d64_and_d_at_n1024"],
-    "python scripts/bench_train.py": ["tests/test_bench_throughput.py::test_useful_flops_count_each_example_at_its_own_length",
-                                      "tests/test_bench_throughput.py::test_gemm_peak_is_a_rate"],
-    "python scripts/bench_short_attention.py": ["tests/test_bench_throughput.py::test_short_attention_ratios"],
+    "attnbench bench attention": ["tests/test_bench_attention.py::test_tiny_run_writes_real_measurements",
+                                  "tests/test_bench_attention.py::test_default_sizes_sweep_n_at_d64_and_d_at_n1024"],
+    "attnbench bench train": ["tests/test_bench_throughput.py::test_useful_flops_count_each_example_at_its_own_length",
+                              "tests/test_bench_throughput.py::test_gemm_peak_is_a_rate"],
+    "attnbench bench short": ["tests/test_bench_throughput.py::test_short_attention_ratios"],
+    "attnbench bench gpu-check": ["tests/test_gpu_check.py::test_dry_run_prints_the_expected_duration_and_every_command"],
     # the one command behind the Results: plan, skip, resume, failures, reports
-    "python scripts/reproduce.py": ["tests/test_reproduce.py::test_the_plan_is_the_experiments_grid_in_sweep_order",
-                                    "tests/test_reproduce.py::test_runs_skips_resumes_reports_and_records",
-                                    "tests/test_reproduce.py::test_a_failed_job_is_recorded_and_the_others_still_run"],
-    "python scripts/reproduce.py --stages compare --grid data=sst2 --publish": [
+    "attnbench reproduce": ["tests/test_reproduce.py::test_the_plan_is_the_experiments_grid_in_sweep_order",
+                            "tests/test_reproduce.py::test_runs_skips_resumes_reports_and_records",
+                            "tests/test_reproduce.py::test_a_failed_job_is_recorded_and_the_others_still_run"],
+    "attnbench reproduce --dry-run": [
+        "tests/test_reproduce.py::test_the_dry_run_of_an_installed_command_shows_a_new_score_function"],
+    "attnbench reproduce --stages compare --grid data=sst2 --publish": [
         "tests/test_reproduce.py::test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest",
         "tests/test_reproduce.py::test_a_publish_whose_table_does_not_render_changes_nothing_and_fails"],
-    "python scripts/reproduce.py --stages compare --report-only": [
+    "attnbench reproduce --stages compare --report-only": [
         "tests/test_reproduce.py::test_report_only_runs_no_job",
         "tests/test_reproduce.py::test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest"],
     # mutation testing: the tests it runs per mutant (its flags are mutmut's: test_script_flags_are_in_its_help)
@@ -205,8 +209,11 @@ def coverage(command: DocCommand) -> list[str]:
 
 
 def _script(command: DocCommand) -> str | None:
-    """``scripts/x.py`` or ``scripts/mutation.sh`` when the command runs one, else None."""
+    """``attnbench <command>`` (``attnbench bench <name>``), ``scripts/x.py`` or ``scripts/mutation.sh`` when the
+    command runs one (not ``attnbench train``, whose overrides are composed), else None."""
     argv = command.argv
+    if argv[:1] == ("attnbench",) and len(argv) > 1 and argv[1] != "train":
+        return " ".join(argv[:3] if argv[1] == "bench" else argv[:2])
     if argv[:1] == ("python",) and len(argv) > 1 and argv[1].startswith("scripts/"):
         return argv[1]
     if argv[:1] and argv[0].startswith("scripts/") and argv[0].endswith(".sh"):
@@ -339,7 +346,8 @@ def _jobs_of(command: DocCommand) -> list[list[str]]:
     cfg = compose(config_name="train", overrides=[o for o in overrides if "," not in o.split("=", 1)[-1]
                                                   and "range(" not in o], return_hydra_config=True)
     params = cfg.hydra.sweeper.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if params is not None else {}
+    # resolved: ${attnbench.score_functions:} is every score function on the search path
+    params = OmegaConf.to_container(params, resolve=True) if params is not None else {}
     given = {o.split("=", 1)[0] for o in overrides}
     if cfg.hydra.sweeper._target_.endswith("OptunaSweeper"):
         return [overrides + ends for ends in _interval_ends(params)]
@@ -396,7 +404,9 @@ SCRIPTS = sorted({s for c in COMMANDS if (s := _script(c))})
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_flags_are_in_its_help(script):
-    help_cmd = ["mutmut", "run", "--help"] if script.endswith(".sh") else [sys.executable, script, "--help"]
+    help_cmd = (["mutmut", "run", "--help"] if script.endswith(".sh") else
+                [sys.executable, "-m", *script.split(), "--help"] if script.startswith("attnbench ") else
+                [sys.executable, script, "--help"])
     if script.endswith(".sh"):
         assert subprocess.run(["bash", "-n", script], cwd=REPO_ROOT, check=False).returncode == 0
         assert 'mutmut run "$@"' in (REPO_ROOT / script).read_text()  # its arguments are mutmut's
@@ -530,10 +540,10 @@ def _layout_entries() -> list[tuple[str, str]]:
 
 def test_layout_names_only_paths_that_exist():
     """Every file and folder docs/architecture.md's Layout names exists, and so does every file its description
-    of a folder names (``scripts/: bench_attention.py ...``)."""
+    of a folder names (``scripts/: mutation.sh ...``)."""
     entries = _layout_entries()
-    assert ("src/attnbench/models/module.py" in {p for p, _ in entries}
-            and "src/attnbench/run/cli.py" in {p for p, _ in entries})  # the parser sees nested entries
+    assert ("src/attnbench/analysis/" in {p for p, _ in entries}
+            and "src/attnbench/models/module.py" in {p for p, _ in entries})  # the parser sees nested entries
     missing = [p for p, _ in entries if not (REPO_ROOT / p).exists()]
     for path, description in entries:
         if path.endswith("/"):
@@ -543,7 +553,7 @@ def test_layout_names_only_paths_that_exist():
 
 
 def test_the_readmes_answer_is_the_published_compare_numbers():
-    """The README's answer quotes the compare report (docs/results/cpu/compare.csv, what scripts/reproduce.py
+    """The README's answer quotes the compare report (docs/results/cpu/compare.csv, what attnbench reproduce
     published): each number is recomputed here from the CSV, so the first screen cannot drift from it."""
     import csv
 
@@ -668,7 +678,8 @@ NOT_KEYS = {"model.d_modle",  # docs/troubleshooting.md: what a misspelt key pri
 # message of a missing data file names it (docs/data.md, docs/troubleshooting.md)
 #: Python names the docs use that a source checkout does not import: the installed wheel's config package
 #: (`conf/` as `attnbench.conf`, tests/test_packaging.py).
-NOT_NAMES = {"attnbench.conf"}
+#: dotted names that are not Python objects: the configs' package, a config resolver (``${attnbench.score_functions:}``)
+NOT_NAMES = {"attnbench.conf", "attnbench.score_functions"}
 
 
 def _config_keys() -> set[str]:

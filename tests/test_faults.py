@@ -287,7 +287,7 @@ def test_a_failing_job_does_not_stop_the_sweep(toy, tmp_path):
     for line, job in ((lines[1], jobs[0]), (lines[3], jobs[2])):
         test_acc = json.loads((job / "metrics.json").read_text())["test/acc"]
         assert line.startswith(f"  ok      {job.name}  test/acc {test_acc:.4f}  train tokens/s "), line
-    assert lines[4] == f"Report: python scripts/report.py {tmp_path / 'sweep_2'}"
+    assert lines[4] == f"Report: attnbench report {tmp_path / 'sweep_2'}"
     failure = json.loads((jobs[1] / "failure.json").read_text())
     assert failure["status"] == "failed" and failure["where"] == "before training"
     assert lines[2].endswith(f"Error: {failure['error']}")

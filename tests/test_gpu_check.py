@@ -1,8 +1,7 @@
-"""scripts/gpu_check.py's plan, checked on a CPU (it has not run on a GPU yet: no GPU was lent)."""
+"""attnbench bench gpu-check's plan, checked on a CPU (it has not run on a GPU yet: no GPU was lent)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,18 +9,14 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from attnbench.config import check_run_config
+from attnbench.bench import gpu_check
+from attnbench.config import check_run_config, config_dir
 
 from .conftest import REPO_ROOT
 
-_spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "scripts" / "gpu_check.py")
-gpu_check = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_check"] = gpu_check  # its dataclass looks its module up
-_spec.loader.exec_module(gpu_check)
-
 
 def test_dry_run_prints_the_expected_duration_and_every_command(tmp_path):
-    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--dry-run", "--out", str(tmp_path / "o")],
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "bench", "gpu-check", "--dry-run", "--out", str(tmp_path / "o")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
@@ -88,7 +83,7 @@ def test_the_training_parts_compose_and_pass_the_config_checks():
         # a sweep's list (data=sst2,trec) is the multirun's: one job of it is composed (data=trec below)
         overrides = [a for a in parts[name].command[2:]
                      if "=" in a and "," not in a and not a.startswith(("hydra.", "~"))]
-        with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             cfg = compose("train", overrides=[*overrides, "data=trec"])
         check_run_config(cfg)
         assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"

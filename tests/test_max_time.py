@@ -3,7 +3,6 @@ off as a final one (it shows the measured seconds per step and the extrapolated 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -11,16 +10,12 @@ import pandas as pd
 import pytest
 
 from attnbench.errors import ConfigError
-from attnbench.report_stats import ACC, STATUS_OK, summarise
+from attnbench.analysis import report
+from attnbench.analysis.stats import ACC, STATUS_OK, summarise
 from attnbench.run.console import format_summary, human_seconds
 from attnbench.run.train import check_config
 
-from .conftest import REPO_ROOT
 from .test_faults import compose_cfg, run_in_process, toy  # noqa: F401 - toy is a fixture
-
-_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
 
 TOY_TRAIN_BATCHES = 22  # the toy data's training split after the validation carve: 176 rows in batches of 8
 
@@ -42,7 +37,7 @@ def test_a_run_the_cap_stops_says_so_and_the_report_extrapolates(toy, tmp_path, 
     stopped_by=max_time with the steps done and planned, and the report gives s/step and the extrapolated time
     instead of an accuracy. (The disturbed-run rule is off here: on a shared core this run's rate would be left
     out, which tests/test_disturbed_runs.py pins; this test is about the extrapolation.)"""
-    monkeypatch.setattr("attnbench.report_stats.MIN_CPU_SHARE", 0.0)
+    monkeypatch.setattr("attnbench.analysis.stats.MIN_CPU_SHARE", 0.0)
     out = tmp_path / "stopped"
     run_in_process(toy, out, "trainer.max_epochs=10000", "trainer.max_time={seconds:2}")
     metrics = json.loads((out / "metrics.json").read_text())

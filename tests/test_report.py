@@ -1,8 +1,7 @@
-"""scripts/report.py on a small synthetic multirun: statistics by hand, failed and missing jobs listed."""
+"""attnbench report on a small synthetic multirun: statistics by hand, failed and missing jobs listed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -10,11 +9,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from .conftest import REPO_ROOT
+from attnbench.analysis import report
 
-spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
 
 T_975_DF2 = 4.302652729911275  # Student t quantile, 97.5%, 2 degrees of freedom
 T_975_DF1 = 12.706204736174705

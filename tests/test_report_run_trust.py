@@ -11,7 +11,6 @@ check every figure the report gives against the numbers written into them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import warnings
@@ -19,7 +18,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from attnbench.report_stats import (
+from attnbench.analysis.stats import (
     convergence_counts,
     inexact_resumes,
     join_log_segments,
@@ -27,12 +26,8 @@ from attnbench.report_stats import (
     summarise,
     val_loss_epochs,
 )
+from attnbench.analysis import report
 
-from .conftest import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
 
 # the `resume` record of the published run dot-dk32-sst2-s2 (docs/results/cpu/head_dim_sweep_jobs.csv before the
 # report flattened it): killed at batch 498 of epoch 2's 1,001, resumed from its step checkpoint
@@ -199,9 +194,8 @@ def test_every_figure_column_of_report_csv_is_known_to_readme_tables(tmp_path):
     """readme_tables.py tells a report.csv's variant keys from its figures by FIGURE_COLUMNS: a figure column
     summarise adds (n_inexact_resume, n_disturbed, ...) and the list lacks would be read as a setting that differs
     between rows, splitting the published tables."""
-    spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "scripts" / "readme_tables.py")
-    tables = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tables)
+    from attnbench.analysis import tables
+
     jobs, swept, _ = report.read_runs([_runs(tmp_path)])
     stopped = jobs.assign(stopped_by="max_time", **{"train/steps_done": 5, "train/steps_planned": 10,
                                                     "diag/entropy_norm": 0.5, "perf/peak_mem_bytes": 2**20,

@@ -1,4 +1,4 @@
-"""scripts/report.py on any set of runs: a folder of single runs, run dirs, a sweep over several settings, W&B.
+"""attnbench report on any set of runs: a folder of single runs, run dirs, a sweep over several settings, W&B.
 
 Each run here is what train.py leaves (``.hydra/config.yaml``, ``hydra.yaml``'s choices, ``overrides.yaml``,
 ``metrics.json``), written by hand so that the expected numbers are known; intervals come from scipy's t
@@ -7,7 +7,6 @@ quantile, computed here independently of the report's code.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -19,11 +18,7 @@ import yaml
 from matplotlib.container import ErrorbarContainer
 from scipy import stats
 
-from .conftest import REPO_ROOT
-
-spec = importlib.util.spec_from_file_location("report_runs", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
+from attnbench.analysis import report
 
 
 def _config(attention: str, seed: int, data: str = "sst2", head_dim: int | None = None, max_steps: int = 150,

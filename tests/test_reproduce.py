@@ -1,13 +1,13 @@
-"""scripts/reproduce.py, the one command behind the Results: its plan comes from the experiments' sweep grids,
+"""attnbench reproduce, the one command behind the Results: its plan comes from the experiments' sweep grids,
 finished jobs are skipped, a job with a checkpoint resumes from it, a failed job does not stop the others,
 and every job's commit, status and time land in manifest.json."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -21,18 +21,18 @@ import pytest
 import yaml
 from types import SimpleNamespace
 
-from .conftest import REPO_ROOT, train_env
+from attnbench.experiments import reproduce
 
-spec = importlib.util.spec_from_file_location("reproduce", REPO_ROOT / "scripts" / "reproduce.py")
-reproduce = importlib.util.module_from_spec(spec)
-sys.modules["reproduce"] = reproduce  # its dataclass looks its module up
-spec.loader.exec_module(reproduce)
+from .conftest import REPO_ROOT, train_env
 
 
 def _grid_from_yaml(stage: str) -> dict[str, list[str]]:
-    """The sweep grid of conf/experiment/<stage>.yaml read as plain YAML (comma lists), not through Hydra."""
+    """The sweep grid of conf/experiment/<stage>.yaml read as plain YAML (comma lists), not through Hydra; a key
+    set to ``${attnbench.score_functions:}`` is every ``conf/attention/*.yaml``, sorted by name."""
     params = yaml.safe_load((REPO_ROOT / "conf" / "experiment" / f"{stage}.yaml").read_text())["hydra"]["sweeper"]
-    return {k: [v.strip() for v in str(values).split(",")] for k, values in params["params"].items()}
+    every = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
+    return {k: every if values == "${attnbench.score_functions:}" else [v.strip() for v in str(values).split(",")]
+            for k, values in params["params"].items()}
 
 
 @pytest.fixture(scope="module")
@@ -113,14 +113,6 @@ def test_measured_seconds_are_the_median_of_whole_finished_runs():
     assert reproduce.measured_seconds(manifest) == {"k": 175.0, "other": 40.0}
 
 
-def test_the_documented_job_count_is_the_plans(plans):
-    """docs/results.md's `reproduce.py --stages compare  # 70 jobs` is what the plan expands to."""
-    line = next(line for line in (REPO_ROOT / "docs" / "results.md").read_text().splitlines()
-                if "scripts/reproduce.py --stages compare " in line and " jobs" in line)
-    documented = int(line.split("#", 1)[1].split(" jobs")[0].strip())
-    assert len(plans[1]["compare"]) == documented
-
-
 def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):
     jobs = reproduce.plan(["compare"], tmp_path, ["seed=3", "data=trec", "attention=dot,additive"], [])
     assert [(j.overrides["seed"], j.overrides["data"], j.overrides["attention"]) for j in jobs] == [
@@ -150,7 +142,7 @@ def test_a_grid_or_set_override_hydra_cannot_compose_is_one_line_naming_it(tmp_p
 
 
 def _reproduce_cmd(out, *args, steps=4, epochs=2):
-    return [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages", "compare",
+    return [sys.executable, "-m", "attnbench", "reproduce", "--out", str(out), "--stages", "compare",
            "--grid", "seed=0", "--grid", "data=trec", "--set", f"trainer.max_steps={steps}",
            "--set", f"trainer.max_epochs={epochs}",
            "--set", "data.max_train_samples=64", "--set", "data.max_eval_samples=32", "--set", "logger=csv",
@@ -170,7 +162,7 @@ def test_runs_skips_resumes_reports_and_records(tmp_path):
     metrics = {name: json.loads((d / "metrics.json").read_text()) for name, d in runs.items()}
     assert {m["attention"] for m in metrics.values()} == {"dot", "scaled_dot"}
     manifest = json.loads((out / "manifest.json").read_text())
-    commit = reproduce.git_commit()
+    commit = reproduce.code_commit()
     for name in runs:
         entry = manifest["jobs"][f"compare/{name}"]
         assert entry["status"] == "done" and entry["commits"] == [commit] and entry["complete_run_seconds"] > 0
@@ -284,7 +276,7 @@ def test_a_second_reproduction_on_the_same_results_dir_is_refused(tmp_path, caps
     with pytest.raises(SystemExit) as refused:
         reproduce.main(["--out", str(out), "--stages", "compare", "--grid", "attention=dot", "--no-report"])
     message = str(refused.value)
-    assert message.startswith(f"{out} is in use by another scripts/reproduce.py (pid ")
+    assert message.startswith(f"{out} is in use by another attnbench reproduce (pid ")
     assert "--dry-run works" in message and not (out / "manifest.json").exists()
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--dry-run"]) == 0
     held.close()
@@ -315,10 +307,9 @@ def _argv(pid: int) -> list[str]:
 
 
 def _is_job(pid: int) -> bool:
-    """Whether ``pid`` runs a job (``python <repo>/train.py ...``, as :meth:`reproduce.Job.command` builds it).
-    A substring test is not enough: reproduce.py's own ``git status -- src conf scripts train.py`` names train.py,
-    and a forked child before its exec still has reproduce.py's argv."""
-    return _argv(pid)[1:2] == [str(REPO_ROOT / "train.py")]
+    """Whether ``pid`` runs a job (``python -m attnbench train ...``, as :meth:`reproduce.Job.command` builds it).
+    A substring test is not enough: a forked child before its exec still has the reproduction's argv."""
+    return _argv(pid)[1:4] == ["-m", "attnbench", "train"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -344,7 +335,7 @@ def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_
     try:
         with pytest.raises(SystemExit) as refused:
             reproduce.lock_results_dir(out)
-        assert "in use by another scripts/reproduce.py" in str(refused.value)
+        assert "in use by another attnbench reproduce" in str(refused.value)
         assert "or a job it started" in str(refused.value)
     finally:
         os.killpg(job, signal.SIGKILL)  # its own session: the job's process group is its pid
@@ -373,7 +364,7 @@ def finished_runs(tmp_path_factory, data_dir, cache_dir):
     env = train_env(data_dir, cache_dir)
 
     def run(out, *args):
-        cmd = [sys.executable, str(REPO_ROOT / "scripts" / "reproduce.py"), "--out", str(out), "--stages",
+        cmd = [sys.executable, "-m", "attnbench", "reproduce", "--out", str(out), "--stages",
                "compare", *_TINY, "--no-report", *args]
         done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -437,7 +428,8 @@ def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finish
     out = _copy_out(finished_runs, "one", tmp_path)
     repo = _fake_repo(tmp_path)
     before = json.loads((repo / "docs" / "results" / "cpu" / "manifest.json").read_text())["jobs"]
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot",
                            "--report-only", "--publish"]) == 0
     pub = repo / "docs" / "results" / "cpu"
@@ -460,7 +452,7 @@ def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finish
         acc = json.loads((out / "compare" / f"{attention}-trec-s0" / "metrics.json").read_text())["test/acc"]
         assert f"| trec | `{attention}` | 1 | {acc:.4f} | 1 seed, no interval |" in block
     assert len([line for line in block.splitlines() if line.startswith("| trec |")]) == 2
-    tables_check = subprocess.run([sys.executable, str(repo / "scripts" / "readme_tables.py"), "--check", "--root",
+    tables_check = subprocess.run([sys.executable, "-m", "attnbench", "tables", "--check", "--root",
                                    str(repo)], capture_output=True, text=True, timeout=120)
     assert "compare.csv" not in tables_check.stdout  # the published table matches its source
     printed = capsys.readouterr().out
@@ -477,7 +469,8 @@ def test_a_publish_whose_table_does_not_render_changes_nothing_and_fails(finishe
     out = _copy_out(finished_runs, "mixed", tmp_path)
     repo = _fake_repo(tmp_path)
     before = _snapshot(repo)
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=scaled_dot",
                            "--report-only", "--publish"]) == 1
     assert _snapshot(repo) == before
@@ -496,7 +489,8 @@ def test_a_run_the_manifest_does_not_record_is_not_published(finished_runs, tmp_
     repo = _fake_repo(tmp_path)
     before = _snapshot(repo)
     assert reproduce.report("compare", out)
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     with pytest.raises(reproduce.PublishError, match=r"nothing published: 1 run\(s\) of the report have no record in "
                                                       r".*manifest.json \(compare/by-hand\)"):
         reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
@@ -511,7 +505,8 @@ def test_a_page_linking_the_progress_records_a_publish_empties_is_refused(finish
     changes. Before: the emptied folder stayed in the staging copy and the link passed as shown."""
     out = _copy_out(finished_runs, "one", tmp_path)
     repo = _fake_repo(tmp_path, progress=False)
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0
     page = repo / "docs" / "results.md"
     page.write_text(page.read_text() + "\nKept so far in [the records](results/cpu/progress/runs/compare/).\n")
@@ -530,12 +525,13 @@ def test_publish_copies_nothing_from_a_report_that_failed(finished_runs, tmp_pat
     out = _copy_out(finished_runs, "one", tmp_path)
     repo = _fake_repo(tmp_path)
     before = _snapshot(repo)
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     monkeypatch.setattr(reproduce, "report", lambda stage, out: False)
     assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid", "attention=dot",
                            "--report-only", "--publish"]) == 1
     assert _snapshot(repo) == before
-    assert "scripts/report.py failed for compare (its output is above); nothing published" in capsys.readouterr().out
+    assert "attnbench report failed for compare (its output is above); nothing published" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step
@@ -552,7 +548,8 @@ def test_publish_puts_only_the_plots_this_report_drew(finished_runs, tmp_path, m
 
     os.utime(stale, (time.time() - 3600, time.time() - 3600))
     (repo / "docs" / "results" / "cpu" / "compare_head_dim.png").write_bytes(b"published before")
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     reproduce.publish(["compare"], out, "cpu", started=time.time() - 600)
     pub = repo / "docs" / "results" / "cpu"
     assert sorted(p.name for p in pub.glob("compare_*.png")) == ["compare_pareto.png"]
@@ -596,7 +593,8 @@ def test_the_published_run_records_recompute_the_published_tables(finished_runs,
     published one. Before: the published tables' runs lived only in the results dir of the machine that ran them."""
     out = _copy_out(finished_runs, "one", tmp_path)
     repo = _fake_repo(tmp_path, progress=False)  # the repository's own progress records: not this test's
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     args = ["--stages", "compare", *_TINY, "--grid", "attention=dot,scaled_dot", "--report-only"]
     progress = repo / "docs" / "results" / "cpu" / "progress"
     assert reproduce.main(["--out", str(out), "--stages", "compare", "--save-progress"]) == 0  # kept before ...
@@ -713,24 +711,24 @@ def test_the_cost_stage_runs_each_benchmark_on_the_cpus_it_may_use(tmp_path, mon
     monkeypatch.setattr(reproduce.subprocess, "run", fake_run)
     monkeypatch.setattr(reproduce.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     manifest = {"jobs": {}}
-    assert reproduce.run_cost(device, tmp_path, manifest, "abc")
-    scripts = [Path(cmd[1]).name for cmd in calls]
+    assert reproduce.run_cost(device, tmp_path, manifest, "abc", "scaled_dot,additive")
+    benches = [cmd[1:5] for cmd in calls]
     if device == "cpu":
-        assert scripts == ["bench_attention.py", "bench_train.py"]
+        assert benches == [["-m", "attnbench", "bench", "attention"], ["-m", "attnbench", "bench", "train"]]
         attention, train = calls
         assert attention[attention.index("--lengths") + 1] == "64,128,256,512,1024"
         assert attention[attention.index("--at-n") + 1] == "256"  # the d sweep
         assert attention[attention.index("--threads") + 1] == "3" and train[train.index("--threads") + 1] == "3"
-        assert train[train.index("--attention") + 1].split(",") == reproduce.ALL_SCORES.split(",")
+        assert train[train.index("--attention") + 1] == "scaled_dot,additive"
     else:
-        assert scripts == ["bench_attention.py"]
+        assert benches == [["-m", "attnbench", "bench", "attention"]]
         assert "--lengths" not in calls[0] and calls[0][calls[0].index("--device") + 1] == "cuda"
     assert {k: v["status"] for k, v in manifest["jobs"].items()} == {
         f"cost/{name}": "done" for name in (["attention", "train_throughput"] if device == "cpu" else ["attention"])}
     # each benchmark's wall time is an estimate the next plan uses (before: "cost ... unknown" in every plan)
     assert set(reproduce.measured_seconds(manifest)) == set(manifest["jobs"])
     calls.clear()
-    assert reproduce.run_cost(device, tmp_path, manifest, "abc") and calls == []  # done: skipped
+    assert reproduce.run_cost(device, tmp_path, manifest, "abc", "scaled_dot") and calls == []  # done: skipped
 
 
 def _fake_run(root, name, acc, failed=False):
@@ -771,7 +769,8 @@ def test_published_run_records_restore_into_a_new_results_dir(tmp_path, monkeypa
     published = {f"compare/{n}": {"commits": ["abc"], "status": "done", "seconds": 1.0}
                  for n in ("dot-trec-s0", "scaled_dot-trec-s0", "additive-trec-s0", "cosine-trec-s0")}
     (repo / "docs" / "results" / "cpu" / "manifest.json").write_text(json.dumps({"jobs": published}))
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     out = tmp_path / "out"
     _fake_run(out / "compare", "dot-trec-s0", 0.7)  # already here: kept, not overwritten
     manifest = {"jobs": {}}
@@ -807,7 +806,8 @@ def test_unpublished_runs_kept_by_save_progress_restore_on_another_machine(tmp_p
     pub = repo / "docs" / "results" / "cpu"
     reproduce.copy_run_record(_fake_run(tmp_path / "made", "dot-trec-s0", 0.8), pub / "runs" / "compare" / "dot-trec-s0")
     (pub / "manifest.json").write_text(json.dumps({"jobs": {"compare/dot-trec-s0": {"commits": ["abc"]}}}))
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    monkeypatch.chdir(repo)  # main() works in the current directory (--root)
     out = tmp_path / "machine1"
     for name in ("dot-trec-s0", "scaled_dot-trec-s0", "cosine-trec-s0"):
         _fake_run(out / "compare", name, 0.9)
@@ -846,7 +846,7 @@ def test_a_re_run_kept_as_progress_is_restored_before_its_older_published_record
     the published record first and never restored the re-run (found by a breaker: test/acc 0.5 instead of 0.99)."""
     repo = tmp_path / "repo"
     pub = repo / "docs" / "results" / "cpu"
-    monkeypatch.setattr(reproduce, "REPO_ROOT", repo)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
     published = {"jobs": {}}
     _record(pub / "runs", "compare/dot-trec-s0", 0.50, "old", published)
     (pub / "manifest.json").write_text(json.dumps(published))
@@ -964,3 +964,74 @@ def test_the_data_check_sees_an_empty_offline_cache_relative_paths_and_job_time_
 
     assert reproduce.main([*argv, "--set", "data.cache_dir=${hydra:runtime.output_dir}/cache", "--dry-run"]) == 0
     assert "data: imdb" not in capsys.readouterr().out  # not checked by the plan: the job's own preflight does
+
+
+# A score function as a user adds it outside the package: one module and one YAML in a folder of their own
+_SCRATCH_MODULE = '''
+"""-||q - k||_1: the negative Manhattan distance, a user's own score function."""
+from attnbench.attention import ScoreFunction
+
+
+class ManhattanScore(ScoreFunction):
+    name = "scratch_l1"
+
+    def scores(self, query, key):
+        return -(query.unsqueeze(-2) - key.unsqueeze(-3)).abs().sum(-1)
+
+    def reference_scores(self, query, key):
+        return -(query.unsqueeze(-2) - key.unsqueeze(-3)).abs().sum(-1)
+'''
+
+
+def _scratch_score_function(root: Path) -> str:
+    """Write ``<root>/scratchpkg/scores.py`` and ``<root>/conf/attention/scratch_l1.yaml``; return the
+    ``hydra.searchpath`` override that adds the YAML's folder."""
+    (root / "scratchpkg").mkdir(parents=True)
+    (root / "scratchpkg" / "__init__.py").write_text("")
+    (root / "scratchpkg" / "scores.py").write_text(_SCRATCH_MODULE)
+    (root / "conf" / "attention").mkdir(parents=True)
+    (root / "conf" / "attention" / "scratch_l1.yaml").write_text(
+        "_target_: scratchpkg.scores.ManhattanScore\nname: scratch_l1\n")
+    return f"hydra.searchpath=[file://{root / 'conf'}]"
+
+
+def test_a_new_score_function_joins_every_stage_that_sweeps_all_of_them(tmp_path):
+    """One module plus one YAML outside the package, added by ``hydra.searchpath``, and no other edit: the
+    ``compare`` plan has its jobs for every seed and dataset, beside every packaged score function's, and the
+    ``cost`` stage's training benchmark measures it; ``head_dim_sweep``, which names its score functions, does not
+    take it."""
+    searchpath = _scratch_score_function(tmp_path / "ext")
+    packaged = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
+    jobs = reproduce.plan(["compare"], tmp_path / "out", ["seed=0,1"], [searchpath])
+    by_attention: dict[str, list] = {}
+    for job in jobs:
+        by_attention.setdefault(job.overrides["attention"], []).append(job)
+    assert sorted(by_attention) == sorted([*packaged, "scratch_l1"])
+    seeds_x_data = {(j.overrides["seed"], j.overrides["data"]) for j in by_attention["scaled_dot"]}
+    assert {(j.overrides["seed"], j.overrides["data"]) for j in by_attention["scratch_l1"]} == seeds_x_data
+    assert len(seeds_x_data) == 6  # 2 seeds x 3 datasets
+    job = by_attention["scratch_l1"][0]
+    assert job.name == f"scratch_l1-{job.overrides['data']}-s{job.overrides['seed']}"
+    assert searchpath in job.command("cpu")  # the job composes with the same search path
+    assert "scratch_l1" in reproduce.cost_scores([searchpath]).split(",")
+    head_dim = reproduce.plan(["head_dim_sweep"], tmp_path / "o2", ["seed=0", "model.head_dim=16"], [searchpath])
+    assert "scratch_l1" not in {j.overrides["attention"] for j in head_dim}
+    # without the search path the plan is the packaged score functions' alone
+    plain = reproduce.plan(["compare"], tmp_path / "o3", ["seed=0", "data=trec"], [])
+    assert sorted(j.overrides["attention"] for j in plain) == packaged
+
+
+def test_the_dry_run_of_an_installed_command_shows_a_new_score_function(tmp_path, data_dir):
+    """``attnbench reproduce --dry-run`` from a folder outside the repository, with the scratch score function on
+    the search path: its plan's ``compare`` grid lists it and counts its jobs (one seed: one per dataset)."""
+    searchpath = _scratch_score_function(tmp_path / "ext")
+    env = {**os.environ, "ATTNBENCH_DATA_DIR": str(data_dir), "PYTHONPATH": str(tmp_path / "ext")}
+    proc = subprocess.run([sys.executable, "-m", "attnbench", "reproduce", "--dry-run", "--stages", "compare",
+                           "--grid", "seed=0", "--out", str(tmp_path / "out"), "--set", searchpath], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    grid = next(line for line in proc.stdout.splitlines() if line.startswith("compare: "))
+    assert "scratch_l1" in grid.split("attention=", 1)[1].split(",")
+    packaged = len(list((REPO_ROOT / "conf" / "attention").glob("*.yaml")))
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("compare "))
+    assert int(row.split()[1]) == 3 * (packaged + 1)  # 3 datasets

@@ -111,13 +111,10 @@ def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_the
 def test_a_run_resumed_between_epochs_reports_the_validation_history_of_the_whole_run(toy, tmp_path):  # noqa: F811
     """Stopped after epoch 0 and resumed to 2 epochs: the report's validation history (from the CSV log, which a
     resume writes in segments) is the uninterrupted run's. Before: 1 epoch validated (the last segment's only)."""
-    import importlib.util
 
-    from .conftest import REPO_ROOT
+    
+    from attnbench.analysis import report
 
-    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     run_in_process(toy, whole, "trainer.max_epochs=2")
     run_in_process(toy, resumed, "trainer.max_epochs=1")

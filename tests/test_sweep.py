@@ -106,7 +106,7 @@ def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_
     error = json.loads(failed[0].read_text())
     assert error["status"] == "failed" and "model.n_heads=3" in error["overrides"]
     # the report lists it
-    report = subprocess.run([sys.executable, "scripts/report.py", str(sweep_dir)], check=False, cwd=REPO_ROOT,
+    report = subprocess.run([sys.executable, "-m", "attnbench", "report", str(sweep_dir)], check=False, cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     text = (sweep_dir / "report.md").read_text()

@@ -128,16 +128,12 @@ def test_short_run_learns(tmp_path, data_dir):
 
 
 def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
-    """scripts/report.py on the seven-job sweep above: every job found, its test/acc and rates carried through.
+    """`attnbench report` on the seven-job sweep above: every job found, its test/acc and rates carried through.
     (The disturbed-run rule is off here: these jobs may share a core with other work; what the rule leaves out is
     pinned in tests/test_disturbed_runs.py.)"""
-    import importlib.util
+    from attnbench.analysis import report
 
-    monkeypatch.setattr("attnbench.report_stats.MIN_CPU_SHARE", 0.0)
-
-    spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    monkeypatch.setattr("attnbench.analysis.stats.MIN_CPU_SHARE", 0.0)
     sweep_dir = Path(next(iter(multirun.values()))[0]["output_dir"]).parent
     jobs, swept = report.read_multirun(sweep_dir)
     assert swept == ["attention"] and (jobs["status"] == "finished").all() and len(jobs) == len(available())

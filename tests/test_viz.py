@@ -4,7 +4,6 @@ read back from the offline files."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -176,11 +175,10 @@ def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tm
 
     # the disturbed-run rule off: a shared core would leave these runs' rates (and so the pareto plot) out,
     # which tests/test_disturbed_runs.py pins; this test is about what is drawn and logged
-    monkeypatch.setattr("attnbench.report_stats.MIN_CPU_SHARE", 0.0)
+    monkeypatch.setattr("attnbench.analysis.stats.MIN_CPU_SHARE", 0.0)
 
-    spec = importlib.util.spec_from_file_location("report_viz", REPO_ROOT / "scripts" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    from attnbench.analysis import report
+
     out = tmp_path / "report"
     drawn = []
     original = maps_module.draw

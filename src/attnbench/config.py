@@ -374,3 +374,5 @@ def fold_suffix(cv_folds: Any, fold: Any) -> str:
 
 OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)
 OmegaConf.register_new_resolver("attnbench.fold", fold_suffix, replace=True)
+
+import attnbench.experiments.registry  # noqa: E402,F401  (registers ${attnbench.score_functions:}, used by conf/experiment)

@@ -1,4 +1,4 @@
-"""The report's statistics (attnbench.report_stats) against hand counts and Student-t table values.
+"""The report's statistics (attnbench.analysis.stats) against hand counts and Student-t table values.
 
 Written to kill the mutants `scripts/mutation.sh` found surviving in ``mean_ci`` and ``summarise``:
 every expected number below is computed by hand in the comment next to it, and the t quantiles are
@@ -12,7 +12,7 @@ import math
 import pandas as pd
 import pytest
 
-from attnbench.report_stats import ACC, STATUS_FAILED, STATUS_OK, mean_ci, summarise
+from attnbench.analysis.stats import ACC, STATUS_FAILED, STATUS_OK, mean_ci, summarise
 
 T_975 = {1: 12.706204736174705, 2: 4.302652729911275, 3: 3.182446305284263}  # two-sided 95%, df
 T_95_DF2 = 2.919985580355516  # two-sided 90%, 2 degrees of freedom
@@ -182,7 +182,7 @@ def test_summarise_reads_unreadable_metrics_as_missing():
 
 # --------------------------------------------------------------------------- the settings of a set of runs
 
-from attnbench.report_stats import (  # noqa: E402
+from attnbench.analysis.stats import (  # noqa: E402
     flatten_config,
     format_setting,
     headline,
@@ -265,7 +265,7 @@ def test_headline_order_and_limit():
 def test_hydra_instantiation_keys_are_no_settings():
     """``module._recursive_``, ``module.optimizer._partial_`` and ``attention._target_`` say how a config is
     built, not what a run measures: neither swept nor held fixed."""
-    from attnbench.report_stats import is_relevant
+    from attnbench.analysis.stats import is_relevant
 
     for key in ("module._recursive_", "module.optimizer._partial_", "attention._target_", "_meta"):
         assert not is_relevant(key), key

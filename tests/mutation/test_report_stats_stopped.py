@@ -1,6 +1,6 @@
 """Runs that ``trainer.max_time`` stopped before their step budget, in the report's summary (``summarise``).
 
-Fast in-process twins of the end-to-end ``tests/test_max_time.py``: a job table as ``scripts/report.py``
+Fast in-process twins of the end-to-end ``tests/test_max_time.py``: a job table as ``attnbench report``
 builds it from ``metrics.json`` (``stopped_by``: ``"max_time"`` when the cap stopped the fit, ``null`` when
 it did not, absent in files written before the key existed; ``train/steps_done``, ``train/steps_planned``,
 ``train/steps_per_sec``), and every expected number computed by hand in the comment next to it.
@@ -15,7 +15,7 @@ import math
 import pandas as pd
 import pytest
 
-from attnbench.report_stats import ACC, STATUS_FAILED, STATUS_OK, summarise
+from attnbench.analysis.stats import ACC, STATUS_FAILED, STATUS_OK, summarise
 
 T_975_DF1 = 12.706204736174705  # two-sided 95% Student-t quantile, 1 degree of freedom (table value)
 

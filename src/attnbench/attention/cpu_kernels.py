@@ -8,7 +8,7 @@ rescale). :func:`unit_rows` reads each row once and writes the unit vector
 once; :func:`row_sq_norms` reads ‖k‖² off the strided view without a copy.
 At B=256, n=48, 4 heads of 32, one thread, measured quiet, this brings
 ``cosine`` from 1.15–1.19× to 1.10–1.13× of ``scaled_dot`` and ``euclidean``
-from 1.12–1.16× to 1.10–1.13× (``scripts/bench_short_attention.py --eager``,
+from 1.12–1.16× to 1.10–1.13× (``attnbench bench short --eager``,
 docs/cost.md). These two have no autograd, so the score functions use them only
 where no gradient is needed (validation, test, inference: :func:`kernels_for`).
 

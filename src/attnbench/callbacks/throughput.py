@@ -34,7 +34,7 @@ def machine_boot() -> str:
 
     Two rates measured under one value were measured on one machine between two restarts; a rate of another
     machine, or of the same virtual machine started again (its hostname may be the same), gets another value.
-    :func:`attnbench.report_stats.summarise` pairs rates only within one value (two machines of one name can
+    :func:`attnbench.analysis.stats.summarise` pairs rates only within one value (two machines of one name can
     differ in speed).
     """
     node = socket.gethostname() or "unknown-host"
@@ -136,8 +136,8 @@ class Throughput(pl.Callback):
     takes part in every parallel region); a run that had half a core reads
     about 0.5. With several threads only the calling thread is seen: another
     process on a worker thread's core slows the step without lowering the
-    share. :func:`attnbench.report_stats.summarise` leaves runs below
-    :data:`attnbench.report_stats.MIN_CPU_SHARE` out of its throughput
+    share. :func:`attnbench.analysis.stats.summarise` leaves runs below
+    :data:`attnbench.analysis.stats.MIN_CPU_SHARE` out of its throughput
     columns. Not recorded on GPU (the thread waits for the device) nor under
     DDP (processes wait for each other in the all-reduce), where it would not
     separate a disturbed run from a normal one.
@@ -363,3 +363,16 @@ class Throughput(pl.Callback):
             if self._records_cpu_share(trainer, pl_module):
                 self.summary["test/cpu_share"] = (time.thread_time() - self._test_cpu0) / elapsed
         self.summary["perf/peak_mem_bytes"] = float(max(self._restored_peak, peak_memory_bytes(pl_module.device)))
+
+
+#: a run whose training (test) thread ran on a CPU core for less than this share of the wall time of its measured
+#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`Throughput`) was paused or shared its core: the report
+#: leaves its training (test) rates out of the throughput columns and the console marks them. An undisturbed CPU
+#: run reads 0.98-0.99; two runs on one core read 0.49 each (measured here).
+MIN_CPU_SHARE = 0.9
+#: summary column, metric, the cpu-share metric that vouches for it
+RATE_COLUMNS = (
+    ("train_tok_s", "train/tokens_per_sec", "train/cpu_share"),
+    ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
+    ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
+)

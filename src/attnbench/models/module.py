@@ -96,7 +96,7 @@ class TextClassifierModule(pl.LightningModule):
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self.val_acc_best = MaxMetric()
-        self.flops_per_batch = None  # lengths vary per batch; FLOPs are measured by scripts/bench_attention.py
+        self.flops_per_batch = None  # lengths vary per batch; FLOPs are measured by `attnbench bench attention`
         self._resumed_acc_best: float | None = None
         # train/acc of the epoch so far (torchmetrics states, update count) at the current batch's start, and the
         # one a mid-epoch checkpoint restored (applied when training starts)

@@ -60,7 +60,7 @@ def _format(value: Any, kind: str) -> str:
 def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
     """The end-of-run text: a title line, the :data:`HEADLINE` figures one per line, where the rest is.
 
-    A rate whose thread had less than :data:`attnbench.report_stats.MIN_CPU_SHARE` of a CPU core (``*/cpu_share``:
+    A rate whose thread had less than :data:`attnbench.callbacks.run_stats.MIN_CPU_SHARE` of a CPU core (``*/cpu_share``:
     the process was paused or shared its core) is printed with that share and marked as disturbed.
 
     Args:
@@ -77,7 +77,7 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
         steps = f" after {done:,.0f} of {planned:,.0f} steps" if done is not None and planned is not None else ""
         state = f"stopped by trainer.{info['stopped_by']}{steps} (not trained to its budget)"
     lines = [f"attnbench · {info['run_name']} · {state}"]
-    from attnbench.report_stats import MIN_CPU_SHARE, RATE_COLUMNS
+    from attnbench.callbacks.throughput import MIN_CPU_SHARE, RATE_COLUMNS
 
     cpu_share = {metric: share for _, metric, share in RATE_COLUMNS}  # the share that vouches for each rate
     width = max(len(label) for label, _, _ in HEADLINE)

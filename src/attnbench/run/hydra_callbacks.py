@@ -205,7 +205,7 @@ def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
 
     The text: ``Sweep <dir>: <m> jobs, <n> failed``; one line per job, ``ok`` with its ``test/acc``,
     ``train tokens/s`` and ``test tokens/s``, or ``failed`` with ``Error: <message>``; then the command
-    that builds the sweep's report (``python scripts/report.py <sweep dir>``).
+    that builds the sweep's report (``attnbench report <sweep dir>``).
     """
     records = _job_records(sweep_dir)
     if not records:
@@ -225,5 +225,5 @@ def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
                    for key, fmt in SWEEP_LINE_FIGURES]
         lines.append(f"  ok      {name}  " + "  ".join(figures))
     if len(failed) < len(records):
-        lines.append(f"Report: python scripts/report.py {sweep_dir}")
+        lines.append(f"Report: attnbench report {sweep_dir}")
     return "\n".join(lines), len(failed)

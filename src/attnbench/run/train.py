@@ -252,7 +252,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
         stopped_by = stop_reason(trainer)
         if stopped_by:
             log.warning("Stopped by trainer.%s after %d of %s planned training steps: the test below measures an "
-                        "unfinished run (metrics.json: stopped_by=%s; scripts/report.py shows its time per step and "
+                        "unfinished run (metrics.json: stopped_by=%s; `attnbench report` shows its time per step and "
                         "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
                         trainer.global_step, _planned_text(steps), stopped_by)
             partial = limit_test_batches(trainer, cfg.get("test_batches_if_stopped"), datamodule)

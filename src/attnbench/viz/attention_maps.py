@@ -245,7 +245,7 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
     Returns:
         ``(file names, notes)``: a note per run that could not be drawn (no checkpoint, ...), never an error.
     """
-    from attnbench.report_stats import REPLICATE_KEYS, STATUS_OK, headline
+    from attnbench.analysis.stats import REPLICATE_KEYS, STATUS_OK, headline
 
     done = jobs[(jobs["status"] == STATUS_OK) & jobs["dir"].map(lambda d: isinstance(d, str) and Path(d).is_dir())]
     if done.empty or "attention" not in done:

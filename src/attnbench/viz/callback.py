@@ -21,7 +21,7 @@ class AttentionMapLogger(pl.Callback):
     a column per layer × head, the tokens on the axes; :mod:`attnbench.viz.attention_maps`).
 
     Writes ``<run dir>/attention_maps.png`` and ``<run dir>/attention_maps.json`` (the sentences' ids and tokens
-    and the weights, ``weights[sentence][layer][head][query][key]`` rounded to 1e-4, which ``scripts/report.py``
+    and the weights, ``weights[sentence][layer][head][query][key]`` rounded to 1e-4, which ``attnbench report``
     reuses to draw every score function on the same sentences), and logs the PNG to every W&B logger as the
     image ``attention_maps`` at the run's last step. Once per run, on global rank 0; costs one forward pass per
     sentence and one figure. Anything failing here (drawing, files, W&B) is one warning: it never stops a run.

@@ -1,8 +1,7 @@
 """The report's statistics: per-seed mean and Student-t interval, and the per-variant summary table.
 
-Pure functions of a job table (no files, no plots), kept in the package so the
-mutation tests (``scripts/mutation.sh``) can mutate them; ``scripts/report.py``
-imports them and re-exports them as ``report.mean_ci`` / ``report.summarise``.
+Pure functions of a job table (no files, no plots); :mod:`attnbench.analysis.report` reads the runs and
+re-exports them as ``report.mean_ci`` / ``report.summarise``.
 """
 
 from __future__ import annotations
@@ -14,22 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+# the disturbed-rate rule and the rates it vouches for: the training console prints the same marks
+from attnbench.callbacks.throughput import MIN_CPU_SHARE, RATE_COLUMNS  # noqa: F401  (re-exported)
+
 ACC = "test/acc"
 STATUS_OK, STATUS_FAILED, STATUS_INCOMPLETE, STATUS_MISSING = "finished", "failed", "incomplete", "missing"
 # Keys whose values are replicates of one variant, not variants: the seed, and the fold of k-fold
 # cross-validation. The report averages over them and pairs runs on them.
 REPLICATE_KEYS = ("seed", "data.fold")
-#: a run whose training (test) thread ran on a CPU core for less than this share of the wall time of its measured
-#: steps (``train/cpu_share``, ``test/cpu_share``: :class:`attnbench.callbacks.throughput.Throughput`) was paused or
-#: shared its core; its training (test) rates are left out of the throughput columns. An undisturbed CPU run reads
-#: 0.98-0.99; two runs on one core read 0.49 each (measured here).
-MIN_CPU_SHARE = 0.9
-#: summary column, metric, the cpu-share metric that vouches for it
-RATE_COLUMNS = (
-    ("train_tok_s", "train/tokens_per_sec", "train/cpu_share"),
-    ("test_tok_s", "test/tokens_per_sec", "test/cpu_share"),
-    ("train_steps_s", "train/steps_per_sec", "train/cpu_share"),
-)
 #: the metric that names where each rate was measured (:func:`attnbench.callbacks.throughput.machine_boot`): a rate
 #: pairs with its baseline's only when both were measured on one machine in one boot
 HOST_OF_RATE = {"train/tokens_per_sec": "train_host", "test/tokens_per_sec": "test_host",
@@ -168,7 +159,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
     left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
     variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
-    compares runs made at different times: ``reproduce.py`` runs one seed's score functions one after another,
+    compares runs made at different times: ``attnbench reproduce`` runs one seed's score functions one after another,
     and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
     (compare re-run, 2026-11; the drifted runs' ``cpu_share`` read 0.96-0.98, so the rule flagged none of them),
     which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two

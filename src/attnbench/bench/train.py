@@ -35,12 +35,12 @@ number of graphs ``torch.compile`` built.
 inside attnbench's training step (same batches, runs interleaved, best of
 ``--repeats``) and prints each one's tokens/s and its ratio to the first.
 
-    python scripts/bench_train.py                 # model=small, 300 steps
-    python scripts/bench_train.py --steps 100 --model tiny
-    python scripts/bench_train.py --attention scaled_dot,euclidean,cosine --repeats 3
-    python scripts/bench_train.py --diagnostics --repeats 3   # overhead of the attention diagnostics
-    taskset -c 1 python scripts/bench_train.py --threads 1 --batching random,length_grouped
-    taskset -c 1 python scripts/bench_train.py --threads 1 --variants "compile.enabled=false;compile.enabled=true"
+    attnbench bench train                 # model=small, 300 steps
+    attnbench bench train --steps 100 --model tiny
+    attnbench bench train --attention scaled_dot,euclidean,cosine --repeats 3
+    attnbench bench train --diagnostics --repeats 3   # overhead of the attention diagnostics
+    taskset -c 1 attnbench bench train --threads 1 --batching random,length_grouped
+    taskset -c 1 attnbench bench train --threads 1 --variants "compile.enabled=false;compile.enabled=true"
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.callbacks.throughput import Throughput, batch_size, num_tokens
+from attnbench.config import config_dir
 from attnbench.models.module import TextClassifierModule
 
-CONF = str(Path(__file__).resolve().parents[1] / "conf")
+CONF = str(config_dir())  # the installed package's configs (attnbench.conf)
 
 
 class BareClassifier(nn.Module):
@@ -264,7 +265,7 @@ def write_json(args: argparse.Namespace, result: dict) -> None:
     import platform
     import sys
 
-    meta = {"command": " ".join(["scripts/bench_train.py", *sys.argv[1:]]), "commit": code_commit(),
+    meta = {"command": " ".join(["attnbench bench train", *sys.argv[1:]]), "commit": code_commit(),
             "created": dt.datetime.now().isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "processor": _cpu_model(),
             "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
@@ -275,19 +276,10 @@ def write_json(args: argparse.Namespace, result: dict) -> None:
 
 
 def code_commit() -> str:
-    """HEAD's 12-digit sha, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it (the rule of
-    ``scripts/reproduce.py``'s manifest), or ``unknown (not a git checkout)``: the code a result came from."""
-    import subprocess
+    """The commit a result came from (:func:`attnbench.experiments.code_commit`)."""
+    from attnbench.experiments import code_commit as commit
 
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
-                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return sha + ("+dirty" if dirty else "")
+    return commit()
 
 
 def _cpu_model() -> str:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""The GPU check of issue 15, in under 15 minutes on one GPU: the main job in bf16, the attention benchmark up to
+"""A GPU check in under 15 minutes on one GPU: the main job in bf16, the attention benchmark up to
 n = 4096 and a short compare, each part under its own timeout, so that one failure does not lose the others.
 
-    python scripts/gpu_check.py --dry-run            # the plan: each part's command, timeout and expected time
-    python scripts/gpu_check.py                      # run it (on the GPU machine); results in $OUT or --out
-    python scripts/gpu_check.py --parts bench         # one part (env always runs first)
+    attnbench bench gpu-check --dry-run            # the plan: each part's command, timeout and expected time
+    attnbench bench gpu-check                      # run it (on the GPU machine); results in $OUT or --out
+    attnbench bench gpu-check --parts bench         # one part (env always runs first)
 
 Parts, in order (expected / timeout on an H200; expected figures are estimates, not yet measured). The
 timeouts add up to at most ``--budget-s`` (540 s): the check fits one call of the device tool (600 s at most per
@@ -14,12 +14,12 @@ command) with a minute to spare.
   (the project's lent H200) lacks hydra-core, omegaconf, antlr4, datasets and wandb; with ``--wheels DIR`` (wheels
   prepared on a machine with a registry, see docs/results.md: GPU) they are installed into ``<work>/site`` with
   ``pip --no-index`` and put on ``PYTHONPATH``, beside the machine's own CUDA torch.
-- ``main_bf16``: the main job (``python train.py``: SST-2, model=small, 3 epochs) with ``trainer=gpu``
+- ``main_bf16``: the main job (``attnbench train``: SST-2, model=small, 3 epochs) with ``trainer=gpu``
   (``trainer.precision=bf16-mixed``), CSV logger; its ``metrics.json``.
-- ``bench``: ``scripts/bench_attention.py --device cuda --dtype bfloat16`` at n = 64 ... 4096 (d = 64) and
+- ``bench``: ``attnbench bench attention --device cuda --dtype bfloat16`` at n = 64 ... 4096 (d = 64) and
   d = 16 ... 256 (n = 1024), B = 4, H = 4, every score function, fast and naive paths, fwd and fwd+bwd.
 - ``compare``: ``experiment=compare`` with one seed and ``trainer.max_steps`` (default 200) on SST-2 and TREC
-  (14 jobs), then ``scripts/report.py`` on it.
+  (14 jobs), then ``attnbench report`` on it.
 
 Writes into ``--out`` (default: ``$OUT`` when set, else ``outputs/gpu_check/<time>``) at most 8 files, one folder
 deep (the device tool brings back 8): ``gpu_check.json`` (each part's command, exit status, wall time, and the
@@ -41,7 +41,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the folder that holds the ``attnbench`` package (``src/`` of a checkout, or site-packages): on the parts'
+#: ``PYTHONPATH``, so that a GPU machine without attnbench installed runs this copy
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+#: the wheels' default folder, in the current directory (a checkout's ``.whl/``, passed to the machine by ``carry``)
+WHEELS = Path(".whl")
 # packages attnbench needs that the lent H200's image lacks (docs/results.md: GPU; /work/.library KINDS.md)
 # the device tool runs at most 600 s per command, and a task has 15 minutes of device time in all, the
 # machine's start (minutes) included (/work/.library/device/README.md): the whole check is ONE command of at
@@ -115,8 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.out is None:
         args.out = Path(os.environ["OUT"]) if os.environ.get("OUT") else \
             Path("outputs/gpu_check") / dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    if args.wheels is None and (args.fetch_wheels or (REPO_ROOT / ".whl").is_dir()):
-        args.wheels = REPO_ROOT / ".whl"
+    if args.wheels is None and (args.fetch_wheels or WHEELS.is_dir()):
+        args.wheels = WHEELS
     return args
 
 
@@ -137,20 +141,20 @@ def plan(args: argparse.Namespace) -> list[Part]:
     lengths = ",".join(str(n) for n in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if n <= args.max_n)
     parts = [Part("env", ["bash", "-c", env_cmd], 45, 20, "GPU, torch/CUDA, missing packages (installs --wheels)")]
     if "main_bf16" in args.parts:
-        parts.append(Part("main_bf16", [py, "train.py", "trainer=gpu", "trainer.precision=bf16-mixed", *common,
+        parts.append(Part("main_bf16", [py, "-m", "attnbench", "train", "trainer=gpu", "trainer.precision=bf16-mixed", *common,
                                         f"hydra.run.dir={work}/main_bf16"], 150, 100,
                           "the main job (SST-2, model=small, 3 epochs) in bf16"))
     if "bench" in args.parts:
-        parts.append(Part("bench", [py, "scripts/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
+        parts.append(Part("bench", [py, "-m", "attnbench", "bench", "attention", "--device", "cuda", "--dtype", "bfloat16",
                                     "--lengths", lengths, "--min-run-time", "0.05", "--no-wandb",
                                     "--out", f"{work}/bench"], 120, 80,
                           f"one attention call per score function, n = 64 ... {args.max_n}, bf16"))
     if "compare" in args.parts:
-        parts.append(Part("compare", [py, "train.py", "-m", "experiment=compare", "seed=0", "data=sst2,trec",
+        parts.append(Part("compare", [py, "-m", "attnbench", "train", "-m", "experiment=compare", "seed=0", "data=sst2,trec",
                                       f"trainer.max_steps={args.compare_steps}", "trainer.max_epochs=-1", *common,
                                       "~callbacks.attention_maps", f"hydra.sweep.dir={work}/compare"], 195, 150,
-                          f"7 score functions x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))
-        parts.append(Part("compare_report", [py, "scripts/report.py", f"{work}/compare", "--out",
+                          f"every score function x {{SST-2, TREC}}, 1 seed, {args.compare_steps} steps each"))
+        parts.append(Part("compare_report", [py, "-m", "attnbench", "report", f"{work}/compare", "--out",
                                              f"{work}/compare_report", "--no-attention-maps"], 30, 15,
                           "the compare report (table, Δ to scaled_dot)"))
     return parts
@@ -160,7 +164,7 @@ def wheels_line(args: argparse.Namespace) -> str:
     """Whether the wheels for the packages the GPU machine lacks are there (a clean clone has no ``.whl/``:
     pass it to the device tool with ``carry``)."""
     if args.wheels is None:
-        return (f"wheels: none ({REPO_ROOT / '.whl'} is absent; a clean clone has none): a GPU machine without "
+        return (f"wheels: none ({WHEELS.resolve()} is absent; a clean clone has none): a GPU machine without "
                 "hydra-core, omegaconf, antlr4, datasets and wandb fails at env; pass .whl/ (carry) or --wheels DIR")
     found = sorted(p.name for p in Path(args.wheels).glob("*.whl")) if Path(args.wheels).is_dir() else []
     if not found:
@@ -213,10 +217,10 @@ def fetch_wheels(dest: Path, packages: tuple[str, ...] = GPU_WHEELS, python: str
 
 
 def environment(args: argparse.Namespace) -> dict[str, str]:
-    """The parts' environment: the wheels' folder and src/ on PYTHONPATH, offline data and W&B, caches in work."""
+    """The parts' environment: the wheels' folder and this package's on PYTHONPATH, offline data and W&B, caches in work."""
     env = dict(os.environ)
     paths = [str(args.work / "site")] if args.wheels is not None else []
-    paths += [str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")]
+    paths += [str(PACKAGE_ROOT), env.get("PYTHONPATH", "")]
     env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), WANDB_MODE="offline", HF_HUB_OFFLINE="1",
                HF_DATASETS_OFFLINE="1", ATTNBENCH_CACHE_DIR=str(args.work / "cache"), PYTHONUNBUFFERED="1",
                MPLBACKEND="Agg")
@@ -235,7 +239,7 @@ def run_part(part: Part, env: dict[str, str], log, left_s: float) -> dict:
     log.flush()
     start = time.perf_counter()
     try:
-        proc = subprocess.run(part.command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.run(part.command, env=env, stdout=log, stderr=subprocess.STDOUT,
                               timeout=timeout, check=False)
         rc, status = proc.returncode, "ok" if proc.returncode == 0 else "failed"
     except subprocess.TimeoutExpired:

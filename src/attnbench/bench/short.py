@@ -18,10 +18,10 @@ every call: the copies that ``euclidean`` and ``cosine`` make of q and k then co
 to ``scaled_dot`` jumped between 1.1-1.2x and 1.6-2.2x from one process to the next (docs/cost.md).
 Elsewhere than Linux/glibc the option does nothing (said so in the header).
 
-    taskset -c 1 python scripts/bench_short_attention.py --threads 1
-    taskset -c 1 python scripts/bench_short_attention.py --threads 1 --malloc default   # glibc as it comes
-    python scripts/bench_short_attention.py --scores scaled_dot,euclidean,cosine,dot,general --contiguous
-    taskset -c 1 python scripts/bench_short_attention.py --threads 1 --eager   # also without the fused CPU kernels
+    taskset -c 1 attnbench bench short --threads 1
+    taskset -c 1 attnbench bench short --threads 1 --malloc default   # glibc as it comes
+    attnbench bench short --scores scaled_dot,euclidean,cosine,dot,general --contiguous
+    taskset -c 1 attnbench bench short --threads 1 --eager   # also without the fused CPU kernels
 
 ``cosine`` and ``euclidean`` run their inference through the fused CPU kernels of
 :mod:`attnbench.attention.cpu_kernels` (the header says whether they were built); ``--eager`` adds a row with
@@ -34,15 +34,15 @@ import argparse
 import ctypes
 import platform
 import time
-from pathlib import Path
 from unittest import mock
 
 import torch
 from omegaconf import OmegaConf
 
 from attnbench.attention import MultiHeadAttention, cpu_kernels
+from attnbench.config import config_dir
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = config_dir()  # the installed package's configs (attnbench.conf)
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)

@@ -1,4 +1,4 @@
-"""``scripts/report.py --wandb``: the report's tables and plots in a W&B summary run of the runs' group, and
+"""``attnbench report --wandb``: the report's tables and plots in a W&B summary run of the runs' group, and
 the specification of a saved workspace for that group.
 
 The summary run has ``job_type="report"`` and joins the runs' project and group (from their configs:
@@ -66,7 +66,7 @@ def workspace_spec(target: dict[str, Any], swept: list[str], fixed: dict[str, st
     group per score function; and per layer the attention diagnostics (normalised entropy, saturated rows,
     largest score) against the training step. Metric names are those train.py logs; ``config.<key>`` names a
     run-config key. Creating it on the server needs credentials and the ``wandb-workspaces`` package
-    (``report.py --wandb`` only writes this file).
+    (``attnbench report --wandb`` only writes this file).
     """
     runs = {"project": target["project"], "entity": target["entity"],
             "filters": {"group": target["group"], "job_type": {"$ne": "report"}}}

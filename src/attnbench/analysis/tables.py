@@ -10,31 +10,31 @@ A generated table sits between two markers in any ``*.md`` file of the repositor
 The marker names the source file (relative to the repository root); :data:`RENDERERS` maps it to the function
 that renders the table from it (derived columns, e.g. ratios to a baseline, are computed here, never typed).
 
-    python scripts/readme_tables.py           # rewrite every generated table in place
-    python scripts/readme_tables.py --check   # exit 1 and print a diff where a table differs from its source
+    attnbench tables           # rewrite every generated table in place
+    attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
-tests/test_readme_tables.py runs ``--check``'s logic, so a hand-edited number (or an edited source without a
-re-run) fails the suite. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
+``--check`` (run by tests/test_readme_tables.py and CI) names every stale block, so a hand-edited number (or an
+edited source without a re-run) fails. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
 paired Δ or interval end) must also appear in one of its generated tables (:func:`unsourced_prose_numbers`). Tables whose numbers come from runs whose result files are not in the repository are
 listed in :data:`NOT_GENERATED` with the reason; they are not marked.
 
 Sources are JSON (a renderer gets the parsed object) or CSV (a renderer gets the rows, a list of
-``column -> text`` dicts). The experiments' tables come from ``scripts/report.py``'s ``report.csv`` (one row per
+``column -> text`` dicts). The experiments' tables come from ``attnbench report``'s ``report.csv`` (one row per
 variant: the variant keys, ``n``, ``acc_mean``/``acc_std``/``acc_ci``, ``diff_mean``/``diff_ci``/``diff_n``,
 ``train_tok_s``/``test_tok_s``/``train_steps_s``, ``peak_mem_mb``, ``params``, the diagnostics and, for runs
 ``trainer.max_time`` stopped, ``n_stopped``/``steps_done``/``steps_planned``/``sec_per_step``/``extrapolated_sec``),
-which ``scripts/reproduce.py`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
+which ``attnbench reproduce`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
 ``compare``, ``head_dim_sweep`` and ``long_context`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
 (:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
 
-1. commit ``docs/results/<device>/<stage>.csv`` (what ``scripts/reproduce.py`` wrote);
+1. commit ``docs/results/<device>/<stage>.csv`` (what ``attnbench reproduce`` wrote);
 2. put the two markers where the table belongs (README.md or docs/results.md), e.g.
    ``<!-- generated: docs/results/cpu/compare.csv -->`` and ``<!-- end generated -->`` on the next line;
-3. run ``python scripts/readme_tables.py`` (fills the table in) and drop the stage's entry from
+3. run ``attnbench tables`` (fills the table in) and drop the stage's entry from
    :data:`NOT_GENERATED`.
 
-tests/test_readme_tables.py then holds the table to its CSV; a CSV that exists with a renderer but no marker
-fails that test, so a committed result is never left unshown.
+``--check`` then holds the table to its CSV; a CSV that exists with a renderer but no marker fails it, so a
+committed result is never left unshown.
 """
 
 from __future__ import annotations
@@ -48,9 +48,13 @@ import math
 import re
 import sys
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from attnbench.experiments.registry import BASELINE
+
+#: the repository whose pages are regenerated (``--root``): the current directory unless given
+REPO_ROOT = Path(".")
 
 MARKER = re.compile(r"<!-- generated: (?P<source>[^ ]+) -->\n(?P<body>.*?)<!-- end generated -->", re.S)
 
@@ -58,7 +62,7 @@ MARKER = re.compile(r"<!-- generated: (?P<source>[^ ]+) -->\n(?P<body>.*?)<!-- e
 NOT_GENERATED = {
     "README Cost: B=1 additive naive/fast/compiled table": "not generated: bench_attention.py's JSON output of that "
     "run is not in the repository (the table has no derived column to drift)",
-    "README Cost: tokens/s random vs length_grouped (MFU)": "not generated: scripts/bench_train.py's output of that "
+    "README Cost: tokens/s random vs length_grouped (MFU)": "not generated: attnbench bench train's output of that "
     "run is not in the repository (helper H re-measures it)",
 }
 
@@ -105,7 +109,7 @@ def render_batching_accuracy(data: dict) -> str:
 
 # --------------------------------------------------------------------------- report.csv of the experiments
 
-#: report.csv columns that are figures, not variant keys (scripts/report.py, attnbench.report_stats.summarise)
+#: report.csv columns that are figures, not variant keys (attnbench report, attnbench.analysis.stats.summarise)
 FIGURE_COLUMNS = frozenset({
     "n", "acc_mean", "acc_std", "acc_ci", "diff_mean", "diff_ci", "diff_n", "train_tok_s", "test_tok_s",
     "train_steps_s", "peak_mem_mb", "params", "entropy_norm", "saturated_frac", "max_score", "sec_per_step",
@@ -113,9 +117,11 @@ FIGURE_COLUMNS = frozenset({
     "train_tok_s_ratio", "test_tok_s_ratio", "train_steps_s_ratio", "n_repeats",
     "train_tok_s_ratio_n", "test_tok_s_ratio_n", "train_steps_s_ratio_n",
 })
-BASELINE = "scaled_dot"
-#: the order score functions are listed in (others follow in the CSV's order)
-ATTENTION_ORDER = ("dot", "scaled_dot", "general", "additive", "euclidean", "l2", "cosine")
+
+def attention_order(names: Iterable[str]) -> list[str]:
+    """The order score functions are listed in: the baseline first, then by name (every table lists whichever
+    score functions its source holds)."""
+    return sorted(set(names), key=lambda name: (name != BASELINE, name))
 
 
 def _num(value: str | None) -> float:
@@ -125,7 +131,7 @@ def _num(value: str | None) -> float:
 
 def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[str, dict[str, str]]]:
     """``setting value -> attention -> row`` of a report.csv, settings in numeric (else first-seen) order and score
-    functions in :data:`ATTENTION_ORDER`.
+    functions in :func:`attention_order`.
 
     Args:
         key: the setting column the table is organised by (``data``, ``model.head_dim``, ``data.max_length``), or
@@ -175,8 +181,7 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
             return (1, 0.0, "")
 
     ordered = sorted(table, key=setting_order) if all(setting_order(v)[0] == 0 for v in table) else list(table)
-    rank = {name: i for i, name in enumerate(ATTENTION_ORDER)}
-    return {s: dict(sorted(table[s].items(), key=lambda kv: rank.get(kv[0], len(rank)))) for s in ordered}
+    return {s: {name: table[s][name] for name in attention_order(table[s])} for s in ordered}
 
 
 def _sign(value: float, digits: int = 4) -> str:
@@ -211,7 +216,7 @@ def _delta(row: dict[str, str]) -> str:
 
 def _multiple(row: dict[str, str], base: dict[str, str] | None, column: str) -> float:
     """``row[column]`` as a multiple of the baseline's: the report's paired ratio ``<column>_ratio`` (median over
-    seeds of run / same-seed baseline run, :func:`attnbench.report_stats.summarise`), else, in a report.csv
+    seeds of run / same-seed baseline run, :func:`attnbench.analysis.stats.summarise`), else, in a report.csv
     from before it, the ratio of the two medians; NaN where there is neither."""
     if f"{column}_ratio" in row:
         return _num(row[f"{column}_ratio"])
@@ -315,11 +320,11 @@ def render_long_context(rows: list[dict[str, str]]) -> str:
 RENDERERS: dict[str, Callable[..., str]] = {
     "docs/results/batching_accuracy_sst2.json": render_batching_accuracy,
 }
-#: the experiments' report tables, by stage (scripts/reproduce.py's names), for each device's folder
+#: the experiments' report tables, by stage (attnbench reproduce's names), for each device's folder
 def render_train_throughput(data: dict) -> str:
-    """``bench_train.py --attention ... --json`` (the ``cost`` stage of scripts/reproduce.py): per score function
+    """``attnbench bench train --attention ... --json`` (the ``cost`` stage of attnbench reproduce): per score function
     the best training tokens/s of the interleaved runs, every run, and the best as a multiple of the first
-    score function's (the reference; ``scaled_dot`` in reproduce.py)."""
+    score function's (the reference; ``scaled_dot`` in attnbench reproduce)."""
     result = data["result"]
     names = list(result["best"])
     ref = result["best"][names[0]]
@@ -330,15 +335,20 @@ def render_train_throughput(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the rows of the published attention benchmark table: (score, path) in this order, and how each row is named
-BENCH_ROWS = (
-    ("sdpa_scaled_dot", "sdpa", "SDPA (`F.scaled_dot_product_attention`)"),
-    ("dot", "fast", "`dot`"), ("scaled_dot", "fast", "`scaled_dot`"), ("general", "fast", "`general`"),
-    ("cosine", "fast", "`cosine`"), ("euclidean", "fast", "`euclidean`"), ("l2", "fast", "`l2` (cdist, no SDPA)"),
-    ("additive", "fast", "`additive` (query blocks, recomputed in backward)"),
-    ("scaled_dot", "naive", "`scaled_dot`, naive softmax(QKᵀ/√d)V"),
-    ("additive", "naive", "`additive`, naive (B·H·n·n·d_a tensor)"),
-)
+#: the attention benchmark's reference row (``F.scaled_dot_product_attention``): every multiple is of its figures
+SDPA_ROW = ("sdpa_scaled_dot", "sdpa")
+
+
+def bench_rows(cells: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The rows of the attention benchmark table, ``(score, path, label)``: SDPA, then every score function's
+    fast path (``attend``), then every naive path (softmax of the materialised n×n scores), each in
+    :func:`attention_order`: whichever the results hold."""
+    present = {(score, path) for score, path, _ in cells}
+    rows = [(*SDPA_ROW, "SDPA (`F.scaled_dot_product_attention`)")] if SDPA_ROW in present else []
+    for path, label in (("fast", "`{}`"), ("naive", "`{}`, naive (n×n scores materialised)")):
+        rows += [(name, path, label.format(name))
+                 for name in attention_order(score for score, p in present if p == path)]
+    return rows
 
 
 def render_epoch_probe(data: dict) -> str:
@@ -367,8 +377,8 @@ def render_epoch_probe(data: dict) -> str:
 
 
 def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
-    """``scripts/bench_attention.py``'s ``results.json`` (the ``cost`` stage of scripts/reproduce.py, published as
-    ``docs/results/<device>/attention_cost.json``): at ``n`` and head dim ``d``, per :data:`BENCH_ROWS` row the
+    """``attnbench bench attention``'s ``results.json`` (the ``cost`` stage of attnbench reproduce, published as
+    ``docs/results/<device>/attention_cost.json``): at ``n`` and head dim ``d``, per :func:`bench_rows` row the
     median time of one call (forward, and forward+backward) in ms and the forward+backward peak memory in MiB, each
     with its multiple of the SDPA row's. A cell the benchmark skipped (memory) or did not measure shows "–".
 
@@ -396,7 +406,7 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     def times(x: float | None, ref: float) -> str:
         return "–" if x is None else f"{x / ref:.1f}" if x / ref >= 10 else f"{x / ref:.2f}"
 
-    for score, path, name in BENCH_ROWS:
+    for score, path, name in bench_rows(cells):
         if not any((score, path, mode) in cells for mode in ("fwd", "fwd_bwd")):
             continue
         fwd, both = (value(score, path, mode, "time_s", 1e3) for mode in ("fwd", "fwd_bwd"))
@@ -410,7 +420,7 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
     """The same ``compare`` jobs (same names: score function, data, seed) run on two machines, from the two
     ``compare_jobs.csv``: per dataset and score function, test accuracy (mean ± std over the seeds both ran) on
     each, the paired difference now − before by seed, and each machine's paired Δ to ``scaled_dot``; every
-    interval is the 95% Student-t interval over the seeds (:func:`attnbench.report_stats.mean_ci`).
+    interval is the 95% Student-t interval over the seeds (:func:`attnbench.analysis.stats.mean_ci`).
 
     Raises:
         ValueError: a job CSV without ``job``/``data``/``attention``/``test/acc``, no job name in both, a job
@@ -420,14 +430,14 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
     """
     from collections import Counter
 
-    from attnbench.report_stats import mean_ci
+    from attnbench.analysis.stats import mean_ci
 
     def index(rows: list[dict[str, str]], which: str) -> dict[str, dict[str, str]]:
         for column in ("job", "data", "attention", "test/acc"):
             if rows and column not in rows[0]:
                 raise ValueError(f"the {which} compare_jobs.csv has no {column!r} column")
         # a run the wall-time cap stopped (stopped_by) has a test/acc that is not a final one: the report leaves it
-        # out of accuracy and pairing (attnbench.report_stats.summarise), and so does this table
+        # out of accuracy and pairing (attnbench.analysis.stats.summarise), and so does this table
         finished = [r for r in rows if r.get("test/acc") not in (None, "") and r.get("status") in (None, "", "finished")
                     and r.get("stopped_by") in (None, "")]
         repeated = sorted(job for job, count in Counter(r["job"] for r in finished).items() if count > 1)
@@ -463,8 +473,7 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
              f"Δ vs {BASELINE} before | Δ vs {BASELINE} now |", "|---|---|---|---|---|---|---|---|"]
     datasets = list(dict.fromkeys(d for d, _ in cells))
     for data in datasets:
-        names = [n for n in ATTENTION_ORDER if (data, n) in cells] + sorted(
-            n for d, n in cells if d == data and n not in ATTENTION_ORDER)
+        names = attention_order(n for d, n in cells if d == data)
         for name in names:
             jobs = cells[data, name]
             acc_a = [float(a[j]["test/acc"]) for j in jobs]
@@ -495,6 +504,12 @@ RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_att
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 
 
+def stale_blocks(text: str, root: Path = REPO_ROOT) -> list[str]:
+    """The sources of ``text``'s generated blocks whose body differs from what the source renders to."""
+    return [m["source"] for m in MARKER.finditer(text)
+            if f"{m['body']}" != render(m["source"], root)]
+
+
 def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
     """``*.md`` in the repository root and anywhere under ``docs/``."""
     return sorted([*root.glob("*.md"), *(root / "docs").rglob("*.md")])
@@ -507,7 +522,7 @@ STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_co
 def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str]] | None, key: str,
                        source: str) -> list[dict[str, str]]:
     """``rows`` of a stage's report.csv with the setting column ``key`` filled in from its jobs.csv when the
-    report lacks it: ``scripts/report.py`` writes only the settings that vary between runs as columns, so a
+    report lacks it: ``attnbench report`` writes only the settings that vary between runs as columns, so a
     report of one dataset (e.g. ``--grid data=sst2``) has no ``data`` column. The value every run of jobs.csv
     shares (its column ``key``, the run's composed config) is the table's one setting.
 
@@ -519,7 +534,7 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
 
     Raises:
         ValueError: the report lacks ``key`` and jobs.csv is missing, lacks it too, or holds more than one value
-            of it (then the report should have had the column: regenerate it with scripts/report.py).
+            of it (then the report should have had the column: regenerate it with attnbench report).
     """
     if not rows or key in rows[0]:
         return rows
@@ -530,7 +545,7 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
                                                            else f"it has no {key!r} column")
         raise ValueError(f"{source} has no {key!r} column and its one value cannot be taken from {jobs_path} "
                          f"({found}): publish the stage's report.csv together with its jobs.csv "
-                         "(scripts/reproduce.py --publish copies both)")
+                         "(attnbench reproduce --publish copies both)")
     return [{key: values[0], **row} for row in rows]
 
 
@@ -599,10 +614,25 @@ def sources_in(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="report differences instead of writing; exit 1 if any")
-    parser.add_argument("--root", type=Path, default=REPO_ROOT)
+    parser.add_argument("--check", action="store_true",
+                        help="name every stale generated block and print its diff instead of writing; exit 1 if any")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT,
+                        help="the repository checkout whose README.md and docs/ hold the tables (default: the "
+                             "current directory)")
     args = parser.parse_args(argv)
+    if not (args.root / "docs").is_dir():
+        parser.error(f"{args.root.resolve()} has no docs/: run it from the repository's root, or pass --root <checkout>")
     differ = False
+    shown = {source for path in markdown_files(args.root) for source in sources_in(path.read_text(encoding="utf-8"))}
+    for source in sorted(s for s in RENDERERS if (args.root / s).is_file() and s not in shown):
+        differ = True  # a committed result no page shows
+        print(f"{source}: a result file with a renderer that no page shows: put its markers where it belongs "
+              "(<!-- generated: SOURCE --> and <!-- end generated -->)")
+    missing = sorted(s for s in shown if not (args.root / s).is_file())
+    for source in missing:
+        print(f"{source}: a generated block's source that does not exist (restore it, or remove the block)")
+    if missing:
+        return 1
     for path in markdown_files(args.root):
         old = path.read_text(encoding="utf-8")
         stray = unsourced_prose_numbers(old)
@@ -615,10 +645,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         differ = True
         if args.check:
+            for source in stale_blocks(old, args.root):
+                print(f"{path}: stale generated block {source} (attnbench tables rewrites it)")
             sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path),
                                                        f"{path} (generated)"))
         else:
-            path.write_text(new, encoding="utf-8")
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(new, encoding="utf-8")
+            tmp.replace(path)  # never half-written
             print(f"rewrote {path.relative_to(args.root)}")
     for table, why in NOT_GENERATED.items():
         print(f"{table}: {why}", file=sys.stderr)

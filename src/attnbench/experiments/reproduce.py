@@ -1,24 +1,26 @@
 #!/usr/bin/env python
 """Reproduce every table and figure of the Results: one command, resumable, with its expected duration up front.
 
-    taskset -c 1 python scripts/reproduce.py                   # CPU: every stage, one job after another
-    python scripts/reproduce.py --device gpu                   # the same on a GPU (trainer=gpu, bf16)
-    python scripts/reproduce.py --dry-run                      # the plan: jobs done / to run, expected duration
-    python scripts/reproduce.py --stages compare --grid seed=0,1 --grid data=trec   # a part of a stage
-    python scripts/reproduce.py --stages compare --report-only --publish   # no job: report and publish the stage
+    taskset -c 1 attnbench reproduce                   # CPU: every stage, one job after another
+    attnbench reproduce --device gpu                   # the same on a GPU (trainer=gpu, bf16)
+    attnbench reproduce --dry-run                      # the plan: jobs done / to run, expected duration
+    attnbench reproduce --stages compare --grid seed=0,1 --grid data=trec   # a part of a stage
+    attnbench reproduce --stages compare --report-only --publish   # no job: report and publish the stage
 
-Stages, in this order (each is a shipped experiment, ``conf/experiment/<stage>.yaml``, whose sweep grid
-``hydra.sweeper.params`` is read from the config, so the yaml stays the one place a grid is defined):
+Stages, in this order (:data:`attnbench.experiments.registry.STAGES`; each is a shipped experiment,
+``conf/experiment/<stage>.yaml``, whose sweep grid ``hydra.sweeper.params`` is read from the composed config, so
+the yaml stays the one place a grid is defined; its score functions are every one on the config search path,
+``--set hydra.searchpath=[file://<dir>]`` included, unless the experiment names some):
 
 - ``compare``: every score function x seeds x datasets;
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
-- ``cost``: ``scripts/bench_attention.py`` (time and memory of one attention call per score function and
+- ``cost``: ``attnbench bench attention`` (time and memory of one attention call per score function and
   sequence length: n = 64 ... 1024 and d at n = 256 on a CPU, n ... 4096 on a GPU) and
-  ``scripts/bench_train.py --attention`` (training tokens/s of every score function, interleaved on the same
+  ``attnbench bench train --attention`` (training tokens/s of every score function, interleaved on the same
   batches: the cost ratios of the Results); on a CPU both with every CPU this process may use.
 
-Each job runs as a single Hydra run, ``python train.py experiment=<stage> <grid overrides> hydra.run.dir=
+Each job runs as a single Hydra run, ``attnbench train experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
 A job whose ``metrics.json`` exists is done and skipped; one with a checkpoint (``checkpoints/last.ckpt``, or
 the ``interrupted.ckpt`` an interrupted job writes) resumes exactly from the newest (``ckpt_path=last``,
@@ -28,11 +30,11 @@ checkpoint) is started again. Before the first job the data of every job still t
 (Ctrl-C) at any time and run
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
-At the end: ``scripts/report.py`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
+At the end: ``attnbench report`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
 every run in ``<out>/<stage>`` (not only the part this command ran), and with ``--publish``: that report's
 tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run), figures and the stage's job records
 in ``manifest.json`` (merged: other stages' records are kept) go to ``docs/results/<device>/`` and the
-generated README/docs tables are rewritten (``scripts/readme_tables.py``), all or nothing: the files are
+generated README/docs tables are rewritten (``attnbench tables``), all or nothing: the files are
 staged and the tables rendered from them first; a failed report or a table that does not render changes
 nothing, prints one message and makes the exit status 1 (:func:`publish`). ``--report-only`` runs no job:
 only the reports (and ``--publish``) of the stages given. Every job's log is ``<out>/<stage>/logs/<run
@@ -66,14 +68,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context")
-STAGES = (*TRAIN_STAGES, "cost")
+from attnbench.experiments import code_commit
+from attnbench.experiments.registry import BASELINE, STAGES, TRAIN_STAGES, sweep_params
+
+#: the folder the command works in (``--root``, default: the current directory): the jobs run there, the default
+#: ``--out`` is ``results/<device>`` under it, and ``--publish``, ``--from-published``, ``--save-progress`` and
+#: ``--write-estimates`` read and write its ``docs/results/`` (a checkout of the repository)
+ROOT = Path.cwd()
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
 SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
-ALL_SCORES = "scaled_dot,dot,general,additive,euclidean,l2,cosine"
-#: the score function the reports pair every other one with (scripts/report.py --baseline, its default)
-BASELINE = "scaled_dot"
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
 #: the attention benchmark's sizes on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024
@@ -124,7 +127,7 @@ class Job:
         return "leftover" if self.run_dir.exists() else "todo"
 
     def command(self, device: str) -> list[str]:
-        cmd = [sys.executable, str(REPO_ROOT / "train.py"), f"experiment={self.stage}"]
+        cmd = [sys.executable, "-m", "attnbench", "train", f"experiment={self.stage}"]
         cmd += [f"{k}={v}" for k, v in self.overrides.items()]
         if device == "cpu":
             cmd.append("trainer=cpu")
@@ -142,11 +145,9 @@ def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[
     ``grid_overrides`` (``key=v1,v2``) replace a key's values or add a key; ``extra`` overrides are applied
     when composing (they may change ``run_name``).
     """
-    from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    cfg = compose("train", overrides=[f"experiment={stage}", *extra], return_hydra_config=True)
-    params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
+    params = sweep_params(stage, extra)  # its score functions: every one on the search path, unless it names some
     for item in grid_overrides:
         key, sep, values = item.partition("=")
         if not sep:
@@ -185,11 +186,11 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
     from hydra import initialize_config_dir
     from hydra.errors import CompactHydraException
 
-    from attnbench.config import type_error_message
+    from attnbench.config import config_dir, type_error_message
     from attnbench.run.failures import hydra_error_message
 
     jobs = []
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         for stage in stages:
             if stage not in TRAIN_STAGES:
                 continue
@@ -230,7 +231,7 @@ def data_problems(jobs: list[Job]) -> list[str]:
     outcomes: dict[tuple[bool, str], list[Job]] = {}
     offline = any(os.environ.get(name, "0") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
     here = os.getcwd()
-    os.chdir(REPO_ROOT)  # where the jobs run: a relative data path is resolved from there, as in them
+    os.chdir(ROOT)  # where the jobs run: a relative data path is resolved from there, as in them
     try:
         for key, members in groups.items():
             data = json.loads(key)
@@ -287,7 +288,7 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
     twins.
 
     The report pairs a run's rates only with its seed's baseline run measured on the same host
-    (:func:`attnbench.report_stats.summarise`: ``train_host``, ``test_host``), since one machine ran the same
+    (:func:`attnbench.analysis.stats.summarise`: ``train_host``, ``test_host``), since one machine ran the same
     jobs 40% faster than another. A reproduction continued on another machine would leave its new runs without
     a pair; the twin runs the baseline job again here, into ``<baseline run dir>-on-<host>`` (:func:`host_tag`),
     as a repeat of the same seed (the report counts a seed once: ``n_repeats``). A twin already done here is not
@@ -329,18 +330,6 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
     return planned, twins
 
 
-def git_commit() -> str:
-    """``<sha>`` of HEAD, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
-                               cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return sha + ("+dirty" if dirty else "")
-
-
 def load_manifest(out: Path) -> dict:
     path = out / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
@@ -355,11 +344,11 @@ def lock_results_dir(out: Path):
     file (closing it, or exiting, releases the lock); ``None`` where the OS has no ``fcntl`` (not POSIX).
 
     Each job this process starts inherits the open file (:func:`run_job`, ``pass_fds``), and a flock is held
-    while any process has it open: a job that outlives a killed ``reproduce.py`` (jobs run in their own session)
+    while any process has it open: a job that outlives a killed ``attnbench reproduce`` (jobs run in their own session)
     keeps the dir locked until it ends, so no second reproduction starts the same job beside it.
 
     Raises:
-        SystemExit: another ``reproduce.py`` holds it: two at once on one results dir would start the same jobs
+        SystemExit: another ``attnbench reproduce`` holds it: two at once on one results dir would start the same jobs
             and overwrite each other's ``manifest.json`` (each saves the whole of its own copy).
     """
     try:
@@ -373,10 +362,10 @@ def lock_results_dir(out: Path):
         handle.seek(0)
         holder = handle.read().strip() or "a process"
         handle.close()
-        raise SystemExit(f"{out} is in use by another scripts/reproduce.py ({holder}), or a job it started that is "
+        raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), or a job it started that is "
                          "still running: two at once would start the same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
                          "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, and "
-                         f"`python scripts/report.py {out}/<stage>` reports the jobs finished so far.") from None
+                         f"`attnbench report {out}/<stage>` reports the jobs finished so far.") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
@@ -395,7 +384,7 @@ def save_manifest(out: Path, manifest: dict) -> None:
 
 def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
     """Seconds per job by :attr:`Job.estimate_key`: the shipped file, overridden by finished jobs in ``out``."""
-    shipped = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{device}.json"
+    shipped = ROOT / "docs" / "results" / f"reproduce_seconds_{device}.json"
     shipped_data = json.loads(shipped.read_text()) if shipped.is_file() else {}
     table = {**shipped_data.get("estimated", {}), **shipped_data.get("seconds", {})}  # measured beats estimated
     table.update(measured_seconds(manifest))
@@ -416,9 +405,9 @@ def job_estimate(job: Job, table: dict[str, float]) -> tuple[float | None, bool]
 def measured_seconds(manifest: dict) -> dict[str, float]:
     """Median wall seconds of the jobs ``manifest`` saw run whole (not resumed), one at a time (``parallel_jobs``
     1) and undisturbed (the run's ``train/cpu_share``, where recorded, at least
-    :data:`attnbench.report_stats.MIN_CPU_SHARE`: a paused job's wall time is no estimate), by
+    :data:`attnbench.analysis.stats.MIN_CPU_SHARE`: a paused job's wall time is no estimate), by
     :attr:`Job.estimate_key`."""
-    from attnbench.report_stats import MIN_CPU_SHARE
+    from attnbench.analysis.stats import MIN_CPU_SHARE
 
     measured: dict[str, list[float]] = {}
     for entry in manifest["jobs"].values():
@@ -433,6 +422,16 @@ def fmt_duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rem = divmod(seconds, 3600)
     return f"{h} h {rem // 60:02d} min" if h else f"{rem // 60} min {rem % 60:02d} s"
+
+
+def grid_lines(jobs: list[Job]) -> list[str]:
+    """One line per training stage of ``jobs``: each swept key with its values in the plan's order, e.g.
+    ``compare: seed=0,1 data=sst2,trec attention=additive,cosine,...``."""
+    axes: dict[str, dict[str, dict[str, None]]] = {}
+    for job in jobs:
+        for key, value in job.overrides.items():
+            axes.setdefault(job.stage, {}).setdefault(key, {})[value] = None
+    return [f"{stage}: " + " ".join(f"{k}={','.join(v)}" for k, v in keys.items()) for stage, keys in axes.items()]
 
 
 def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out: Path, n_jobs: int = 1,
@@ -555,7 +554,7 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
                 return False
             # the results dir's lock file, inherited: the dir stays locked while the job runs (lock_results_dir)
             held = () if _LOCK_FILE is None or _LOCK_FILE.closed else (_LOCK_FILE.fileno(),)
-            proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, env=env, pass_fds=held)
             RUNNING.add(proc)
         if cpus is not None:  # before the child has imported torch, so its OpenMP threads inherit the set
@@ -570,7 +569,7 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
         entry["seconds"] = entry.get("seconds", 0.0) + seconds
         if ok and status in ("todo", "leftover"):
             entry["complete_run_seconds"] = seconds  # a whole run in one go: a clean duration estimate
-        if ok:  # how much of a core its training thread had (RunStats; absent on GPU): a low share flags a pause
+        if ok:  # how much of a core its training thread had (Throughput; absent on GPU): a low share flags a pause
             entry["cpu_share"] = json.loads((job.run_dir / "metrics.json").read_text()).get("train/cpu_share")
         save_manifest(out, manifest)
     return ok
@@ -631,23 +630,24 @@ def run_jobs(todo: list[Job], groups: list[set[int] | None], device: str, manife
     return failed
 
 
-def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
+def run_cost(device: str, out: Path, manifest: dict, commit: str, scores: str) -> bool:
     """The cost benchmarks into ``<out>/cost``, each skipped when its result file exists:
-    ``scripts/bench_attention.py`` (one attention call: time, memory, FLOPs per score function, path, n and d;
-    ``cost/attention/results.json``) and ``scripts/bench_train.py --attention`` (training tokens/s of the
+    ``attnbench bench attention`` (one attention call: time, memory, FLOPs per score function, path, n and d;
+    ``cost/attention/results.json``) and ``attnbench bench train --attention`` (training tokens/s of the
     main job's step for every score function, interleaved runs, best of 3; ``cost/train_throughput.json``),
-    the side-by-side figure the cost ratios of the Results come from."""
+    the side-by-side figure the cost ratios of the Results come from. ``scores``: the score functions of the
+    training benchmark, comma-separated (the ``compare`` stage's: :func:`cost_scores`)."""
     dest = out / "cost"
-    attention = ["scripts/bench_attention.py", "--out", str(dest / "attention"), "--no-wandb"]
+    attention = ["-m", "attnbench", "bench", "attention", "--out", str(dest / "attention"), "--no-wandb"]
     benches = [("attention", dest / COST_RESULTS["attention"],
                 attention + (["--device", "cuda"] if device == "gpu" else list(CPU_COST_ARGS)))]
-    if device == "cpu":  # bench_train.py measures on the CPU only; on a GPU the compare runs' own rates serve
+    if device == "cpu":  # the training benchmark measures on the CPU only; on a GPU the compare runs' own rates serve
         # every CPU this process may use (the benchmarks run alone), not the 1 thread a training job may be given
         threads = str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
         benches[0][2].extend(["--threads", threads])
         result = dest / COST_RESULTS["train_throughput"]
         benches.append(("train_throughput", result,
-                        ["scripts/bench_train.py", "--attention", ALL_SCORES, "--repeats", "3", "--threads",
+                        ["-m", "attnbench", "bench", "train", "--attention", scores, "--repeats", "3", "--threads",
                          threads, "--json", str(result)]))
     ok = True
     for name, result, args in benches:
@@ -659,7 +659,7 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
         with open(dest / f"{name}.log", "a") as log:
             log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}\n# {' '.join(cmd)}\n")
             log.flush()
-            rc = subprocess.run(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
         seconds, done = time.monotonic() - start, rc == 0 and result.is_file()
         manifest["jobs"][f"cost/{name}"] = {"status": "done" if done else f"failed (exit {rc})",
                                             "commits": [commit], "seconds": seconds,
@@ -672,23 +672,23 @@ def run_cost(device: str, out: Path, manifest: dict, commit: str) -> bool:
 
 
 def report(stage: str, out: Path) -> bool:
-    """``scripts/report.py`` on ``<out>/<stage>`` into ``<out>/<stage>/report/``; True when it succeeded (or the
+    """``attnbench report`` on ``<out>/<stage>`` into ``<out>/<stage>/report/``; True when it succeeded (or the
     stage has no runs dir: nothing to report)."""
     stage_dir = out / stage
     if not stage_dir.is_dir():
         return True
-    rc = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(stage_dir), "--out",
-                         str(stage_dir / "report")], cwd=REPO_ROOT).returncode
+    rc = subprocess.run([sys.executable, "-m", "attnbench", "report", str(stage_dir), "--out",
+                         str(stage_dir / "report")], cwd=ROOT).returncode
     return rc == 0
 
 
-#: the files of a run its report reads (``scripts/report.py``: ``read_job``): published with the report as the run's
+#: the files of a run its report reads (``attnbench report``: ``read_job``): published with the report as the run's
 #: record, under ``docs/results/<device>/runs/<stage>/<run>/``, so the published tables can be recomputed from the
 #: repository and a reproduction continued on another machine (``--from-published``); checkpoints, W&B files and
 #: logs stay in ``<out>``
 #: ``docs/results/<device>/<PROGRESS>/``: records of finished runs not yet published (``--save-progress``)
 PROGRESS = "progress"
-PROGRESS_NOTE = ("records of finished runs not yet published, kept by scripts/reproduce.py --save-progress so that "
+PROGRESS_NOTE = ("records of finished runs not yet published, kept by attnbench reproduce --save-progress so that "
                  "a reproduction can continue on another machine (--from-published restores them); not Results")
 RUN_RECORD_FILES = ("metrics.json", "failure.json", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                     "csv/metrics*.csv")
@@ -724,7 +724,7 @@ def _record_sources(device: str) -> list[tuple[Path, dict]]:
     ``--save-progress`` kept (``docs/results/<device>/progress/runs/``, ``progress/manifest.json``), which it keeps
     only when they are not the published run, then the published ones (``docs/results/<device>/runs/``,
     ``manifest.json``); each with its manifest."""
-    pub = REPO_ROOT / "docs" / "results" / device
+    pub = ROOT / "docs" / "results" / device
     sources = []
     for root in (pub / PROGRESS, pub):  # progress first: kept after the publication, so newer where both hold a run
         manifest = root / "manifest.json"
@@ -758,7 +758,7 @@ def restore_published_runs(stages: list[str], out: Path, device: str, manifest: 
     for key, (run, kept) in todo.items():
         if not dry_run:
             shutil.copytree(run, out / key)
-            manifest["jobs"][key] = {**kept["jobs"][key], "restored_from": str(run.relative_to(REPO_ROOT))}
+            manifest["jobs"][key] = {**kept["jobs"][key], "restored_from": str(run.relative_to(ROOT))}
     return sorted(todo)
 
 
@@ -797,16 +797,6 @@ class PublishError(SystemExit):
 
     def __init__(self, message: str):
         super().__init__(f"--publish: nothing published: {message}")
-
-
-def _readme_tables():
-    """scripts/readme_tables.py as a module (it renders the generated tables)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("readme_tables", REPO_ROOT / "scripts" / "readme_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def merged_manifest(published: dict, current: dict, stages: list[str]) -> dict:
@@ -862,10 +852,10 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
     Every file is first written to a staging copy of README.md and docs/: the stage's ``<stage>.csv``
     (report.csv), ``<stage>_jobs.csv`` (jobs.csv, one row per run), the plots the report drew (``started``: the
     report's start, ``time.time()``; the stage's other published plots are removed: they would be an earlier
-    report's), the ``cost`` stage's ``attention_cost.json`` (``bench_attention.py``'s results.json) with its plots
+    report's), the ``cost`` stage's ``attention_cost.json`` (``attnbench bench attention``'s results.json) with its plots
     (``cost_*.png``) and ``train_throughput.json``, each run's record (:data:`RUN_RECORD_FILES`, in
     ``runs/<stage>/<run>/``: exactly the report's runs), and ``manifest.json`` merged per stage
-    (:func:`merged_manifest`). The tables are rendered from the staged files (``scripts/readme_tables.py``);
+    (:func:`merged_manifest`). The tables are rendered from the staged files (``attnbench tables``);
     only when every step succeeded are the changed files moved into place.
 
     Returns:
@@ -882,9 +872,9 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
 
     with tempfile.TemporaryDirectory(prefix="attnbench-publish-") as tmp:
         stage_root = Path(tmp)
-        for md in REPO_ROOT.glob("*.md"):
+        for md in ROOT.glob("*.md"):
             shutil.copyfile(md, stage_root / md.name)
-        shutil.copytree(REPO_ROOT / "docs", stage_root / "docs", ignore=shutil.ignore_patterns(".publish*"))
+        shutil.copytree(ROOT / "docs", stage_root / "docs", ignore=shutil.ignore_patterns(".publish*"))
         pub = stage_root / "docs" / "results" / device
         pub.mkdir(parents=True, exist_ok=True)
         removed: list[Path] = []
@@ -906,7 +896,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 continue
             dest = out / stage / "report"
             if not (dest / "report.csv").is_file():
-                raise PublishError(f"{dest / 'report.csv'} does not exist (scripts/report.py wrote no table of "
+                raise PublishError(f"{dest / 'report.csv'} does not exist (attnbench report wrote no table of "
                                    f"{out / stage}); see its output above")
             shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
             records = pub / "runs" / stage  # the runs of this report, none of an earlier publication's
@@ -949,12 +939,13 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
             raise PublishError(f"{len(unrecorded)} run(s) of the report have no record in {out / 'manifest.json'} "
                                f"({', '.join(unrecorded[:3])}{', ...' if len(unrecorded) > 3 else ''}): the published "
                                "manifest would not describe the published table; run them through "
-                               "scripts/reproduce.py (--grid) or move them out of the stage's folder")
+                               "attnbench reproduce (--grid) or move them out of the stage's folder")
         manifest_path = pub / "manifest.json"
         old_manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"jobs": {}}
         manifest_path.write_text(json.dumps(merged_manifest(old_manifest, current, published),
                                             indent=1, sort_keys=True))
-        tables = _readme_tables()
+        from attnbench.analysis import tables
+
         for md in tables.markdown_files(stage_root):
             try:
                 md.write_text(tables.regenerate(md.read_text(encoding="utf-8"), stage_root), encoding="utf-8")
@@ -977,7 +968,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
         # every step succeeded: move the changed files into place (each by an atomic rename of a full copy)
         changed = []
         for staged in [*stage_root.glob("*.md"), *(stage_root / "docs").rglob("*")]:
-            target = REPO_ROOT / staged.relative_to(stage_root)
+            target = ROOT / staged.relative_to(stage_root)
             if staged.is_file() and not (target.is_file() and filecmp.cmp(staged, target, shallow=False)):
                 changed.append((staged, target))
         try:
@@ -987,27 +978,58 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 shutil.copyfile(staged, tmp_target)
                 tmp_target.replace(target)
             for path in removed:
-                target = REPO_ROOT / path.relative_to(stage_root)
+                target = ROOT / path.relative_to(stage_root)
                 target.unlink(missing_ok=True)
-                prune_empty(target.parent, stop=REPO_ROOT / "docs" / "results")  # a run record's folders, left empty
+                prune_empty(target.parent, stop=ROOT / "docs" / "results")  # a run record's folders, left empty
         except OSError as err:
             raise PublishError(f"could not write {err.filename}: {err.strerror}") from None
-        written = [t for _, t in changed] + [REPO_ROOT / p.relative_to(stage_root) for p in removed]
+        written = [t for _, t in changed] + [ROOT / p.relative_to(stage_root) for p in removed]
     for path in written:
-        print(f"{'published' if path.exists() else 'removed'} {path.relative_to(REPO_ROOT)}")
+        print(f"{'published' if path.exists() else 'removed'} {path.relative_to(ROOT)}")
     for page, numbers in stale_prose.items():  # the tables are right; the words around them are the author's
         print(f"note: {page} quotes numbers in its prose that its generated tables no longer hold "
               f"({', '.join(numbers[:5])}{', ...' if len(numbers) > 5 else ''}): update the prose "
-              "(python scripts/readme_tables.py --check lists them)")
+              "(attnbench tables --check lists them)")
     return written
 
 
+def cost_scores(extra: list[str]) -> str:
+    """The score functions the ``cost`` stage's training benchmark measures, comma-separated: the ``compare``
+    stage's (every score function on the search path that ``extra``, the ``--set`` overrides, compose with)."""
+    from hydra import initialize_config_dir
+
+    from attnbench.config import config_dir
+
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return sweep_params("compare", extra)["attention"]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``attnbench reproduce``: a kill (SIGTERM) stops it as Ctrl-C does; either ends with exit status 130 and
+    how to continue."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted; the running job saved interrupted.ckpt. Run the same command again to continue: "
+              "finished jobs are skipped, a job with a checkpoint resumes exactly from its newest (interrupted.ckpt, "
+              "mid-epoch included).", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    global ROOT
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                         help="cpu: every job with trainer=cpu; gpu: the experiments' own trainer=gpu (bf16)")
-    parser.add_argument("--out", type=Path, default=None, help="results dir (default: results/<device>)")
+    parser.add_argument("--out", type=Path, default=None, help="results dir (default: <root>/results/<device>)")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="where the jobs run and, for --publish, --from-published, --save-progress and "
+                             "--write-estimates, the repository checkout whose docs/results/ they use (default: the "
+                             "current directory)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                         help="replace (or add) one swept key's values, e.g. --grid seed=0,1 (repeatable)")
@@ -1024,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publish", action="store_true",
                         help="copy the report tables (<stage>.csv, <stage>_jobs.csv: one row per run) and figures "
                              "to docs/results/<device>/ and regenerate the "
-                             "README/docs tables (scripts/readme_tables.py)")
+                             "README/docs tables (attnbench tables)")
     parser.add_argument("--from-published", action="store_true",
                         help="first copy the kept run records of the stages (docs/results/<device>/runs/, "
                              "written by --publish, then progress/runs/, by --save-progress) that <out> lacks into "
@@ -1041,6 +1063,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-estimates", action="store_true",
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
+    ROOT = (args.root or Path.cwd()).resolve()
+    needs_docs = [flag for flag, on in (("--publish", args.publish), ("--from-published", args.from_published),
+                                        ("--save-progress", args.save_progress),
+                                        ("--write-estimates", args.write_estimates)) if on]
+    if needs_docs and not (ROOT / "docs" / "results").is_dir():
+        parser.error(f"{needs_docs[0]} uses a repository checkout's docs/results/, and {ROOT} has none: run it "
+                     "from the checkout's root, or pass --root <checkout>")
     for name in ("ATTNBENCH_DATA_DIR", "ATTNBENCH_CACHE_DIR"):  # relative to where the user is: the jobs (and the
         value = os.environ.get(name)  # plan's data check) run from the repository's root
         if value and not os.path.isabs(os.path.expanduser(value)):
@@ -1055,8 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--stages: unknown {', '.join(unknown)}; choose from {', '.join(STAGES)}")
     stages = [s for s in STAGES if s in stages]  # always in the documented order
-    out = (args.out or REPO_ROOT / "results" / args.device).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = (args.out or ROOT / "results" / args.device).resolve()
+    if not args.dry_run:  # a dry run writes nothing
+        out.mkdir(parents=True, exist_ok=True)
     lock = None if args.dry_run or args.write_estimates or args.save_progress else lock_results_dir(out)  # noqa: F841
     manifest = load_manifest(out)
     if args.save_progress:  # no plan, no lock: it reads finished runs only, also while a reproduction runs
@@ -1079,7 +1109,7 @@ def main(argv: list[str] | None = None) -> int:
 
         jobs, twins = with_baseline_twins(jobs, machine_boot())
     table = estimates(args.device, out, manifest)
-    commit = git_commit()
+    commit = code_commit()
     print(f"attnbench reproduce: device {args.device}, out {out}, commit {commit}")
     if twins:
         print(f"{len(twins)} baseline twin(s) in the plan: {BASELINE} jobs whose runs finished on another machine run "
@@ -1087,6 +1117,8 @@ def main(argv: list[str] | None = None) -> int:
               "(--no-baseline-twins: not): "
               + ", ".join(f"{t.stage}/{t.name}" for t in twins[:4]) + (" ..." if len(twins) > 4 else ""))
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
+    for line in grid_lines(jobs):
+        print(line)
     problems = [] if args.report_only or args.write_estimates else data_problems(jobs)
     for problem in problems:
         print(f"data: {problem}", flush=True)
@@ -1094,7 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("Stopped before any job ran: make the data above loadable (docs/data.md: a local mirror "
                          "in ATTNBENCH_DATA_DIR, or the Hub), or leave its jobs out (--stages, --grid data=...).")
     if args.write_estimates:
-        path = REPO_ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
+        path = ROOT / "docs" / "results" / f"reproduce_seconds_{args.device}.json"
         old = json.loads(path.read_text()) if path.is_file() else {}
         own = {k: v for k, v in measured_seconds(manifest).items() if " --set " not in k}  # the stages' budgets
         seconds = {**old.get("seconds", {}), **own}
@@ -1113,10 +1145,10 @@ def main(argv: list[str] | None = None) -> int:
         save_manifest(out, manifest)
         todo = [j for j in jobs if j.status() != "done"]
         failed += run_jobs(todo, groups, args.device, manifest, out, commit, table)
-        if "cost" in stages and not run_cost(args.device, out, manifest, commit):
+        if "cost" in stages and not run_cost(args.device, out, manifest, commit, cost_scores(args.extra)):
             failed.append("cost")
     if not args.no_report:
-        if "cost" in stages:  # its results are the benchmarks' own files: scripts/report.py has nothing to add
+        if "cost" in stages:  # its results are the benchmarks' own files: attnbench report has nothing to add
             print(f"cost: no report to write; its results are the benchmark files in {out / 'cost'}"
                   + (" (published below)" if args.publish else " (--publish copies them into docs/results/)"),
                   flush=True)
@@ -1124,7 +1156,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [stage for stage in stages if stage in TRAIN_STAGES and not report(stage, out)]
         if bad:
             failed += [f"report of {stage}" for stage in bad]
-            print(f"scripts/report.py failed for {', '.join(bad)} (its output is above)"
+            print(f"attnbench report failed for {', '.join(bad)} (its output is above)"
                   + ("; nothing published" if args.publish else ""), flush=True)
         elif args.publish:
             try:
@@ -1137,11 +1169,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops like Ctrl-C
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("interrupted; the running job saved interrupted.ckpt. Run the same command again to continue: "
-              "finished jobs are skipped, a job with a checkpoint resumes exactly from its newest (interrupted.ckpt, "
-              "mid-epoch included).", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(main())

@@ -56,10 +56,10 @@ row gives the baseline's absolute value.
 
 Examples::
 
-    python scripts/bench_attention.py --quick --no-wandb          # < 1 minute on 2 idle CPU cores
-    python scripts/bench_attention.py                             # the default sweep
-    python scripts/bench_attention.py --device cuda --dtype bfloat16 --scores dot,additive
-    python scripts/bench_attention.py --grid full --lengths 128,512 --head-dims 32,64
+    attnbench bench attention --quick --no-wandb          # < 1 minute on 2 idle CPU cores
+    attnbench bench attention                             # the default sweep
+    attnbench bench attention --device cuda --dtype bfloat16 --scores dot,additive
+    attnbench bench attention --grid full --lengths 128,512 --head-dims 32,64
 
 Outputs go to ``--out`` (default ``outputs/bench/<timestamp>``):
 ``results.csv``, ``results.json`` (rows plus hardware info and these notes),
@@ -177,7 +177,7 @@ def _str_list(text: str) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (``--help`` explains units and ratios)."""
     parser = argparse.ArgumentParser(
-        prog="bench_attention.py",
+        prog="attnbench bench attention",
         description=(
             "Time, peak memory and FLOPs of every attention score function: fast path (fn.attend) and\n"
             "naive path (the definition, materialising the n×n scores), forward-only and forward+backward,\n"
@@ -199,7 +199,7 @@ ratio tables: (row's fwd+bwd value) / (sdpa_scaled_dot's fwd+bwd value at the sa
 sizes: by default every n of --lengths at d=--at-d, and every d of --head-dims at n=--at-n
   (not the full grid; --grid full runs every pair).
 
-example: python scripts/bench_attention.py --quick --no-wandb
+example: attnbench bench attention --quick --no-wandb
 """,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -635,19 +635,10 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
 
 
 def code_commit() -> str:
-    """HEAD's 12-digit sha, with ``+dirty`` when src/, conf/, scripts/ or train.py differ from it (the rule of
-    ``scripts/reproduce.py``'s manifest), or ``unknown (not a git checkout)``: the code a result came from."""
-    import subprocess
+    """The commit a result came from (:func:`attnbench.experiments.code_commit`)."""
+    from attnbench.experiments import code_commit as commit
 
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "conf", "scripts", "train.py"],
-                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return sha + ("+dirty" if dirty else "")
+    return commit()
 
 
 def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_bwd") -> list[Any]:
@@ -867,7 +858,7 @@ def _run(cfg: BenchConfig, console: Any) -> int:
         CUDA_MEMORY_NOTE if cfg.device.type == "cuda" else CPU_MEMORY_NOTE,
         FLOP_NOTE,
         "est_mem_bytes: rough a-priori estimate used to skip sizes over the memory budget (status "
-        "skipped_mem); see estimate_memory_bytes in scripts/bench_attention.py.",
+        "skipped_mem); see estimate_memory_bytes in attnbench bench attention.",
         "path=fast calls fn.attend; path=naive calls ScoreFunction.attend (materialises the n×n scores); "
         "a score function without its own attend runs the same code on both paths.",
         RATIO_NOTE,

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Turn any set of attnbench runs into a Markdown report with error bars, plots and attention maps.
 
-    python scripts/report.py outputs/compare_cpu/multiruns/2026-11-29_12-00-00
-    python scripts/report.py outputs/train/runs                       # a folder of single runs
-    python scripts/report.py RUN_DIR RUN_DIR ... --out report/         # any run dirs
-    python scripts/report.py DIR --baseline scaled_dot --wandb          # + a W&B summary run of the group
-    python scripts/report.py --wandb-project me/attnbench --wandb-group train-2026-11-29_12-00-00 --out report/
+    attnbench report outputs/compare_cpu/multiruns/2026-11-29_12-00-00
+    attnbench report outputs/train/runs                       # a folder of single runs
+    attnbench report RUN_DIR RUN_DIR ... --out report/         # any run dirs
+    attnbench report DIR --baseline scaled_dot --wandb          # + a W&B summary run of the group
+    attnbench report --wandb-project me/attnbench --wandb-group train-2026-11-29_12-00-00 --out report/
 
 Reads every run (a dir with ``.hydra/`` or ``metrics.json``): its composed config (``.hydra/config.yaml``),
 config-group choices (``.hydra/hydra.yaml``) and overrides (``.hydra/overrides.yaml``), ``metrics.json`` and
@@ -37,7 +37,7 @@ Plots (PNG, next to ``report.md``):
 
 Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
 settings and metrics) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
-``--wandb`` logs them into a summary run (:mod:`attnbench.viz.wandb_report`). Exit status 0 when at least
+``--wandb`` logs them into a summary run (:mod:`attnbench.analysis.wandb_report`). Exit status 0 when at least
 one job finished, 1 otherwise (and for a path without runs or an unreachable W&B, with one ``Error:`` line).
 """
 
@@ -60,7 +60,7 @@ from attnbench.run.console import human_seconds
 from attnbench.run.loggers import csv_log_segments
 
 # The statistics (mean_ci, summarise) and the status names live in the package, where mutation testing reaches them.
-from attnbench.report_stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
+from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_ci, report.STATUS_OK, ...)
     ACC,
     REPLICATE_KEYS,
     HOST_COLUMNS,
@@ -121,7 +121,7 @@ def _parse_overrides(lines: Iterable[str]) -> dict[str, list[str]]:
 
 
 def _override_text(value: Any, text: str) -> str:
-    """An override's value as its config would read (:func:`attnbench.report_stats.format_setting`): Hydra writes a
+    """An override's value as its config would read (:func:`attnbench.analysis.stats.format_setting`): Hydra writes a
     bool override as ``True``/``False`` where the composed config reads ``true``/``false``; a run's overrides and
     its config (and runs launched either way) must name one setting alike. Other values keep Hydra's text."""
     return format_setting(value) if isinstance(value, bool) else text
@@ -179,7 +179,7 @@ def _failure_record(job_dir: Path) -> dict[str, Any]:
 def _csv_history(job_dir: Path, columns: tuple[str, ...]) -> pd.DataFrame | None:
     """The run's logged ``step`` and ``columns`` (those it has) over every segment of its CSV log (a resumed run has
     one per segment: :func:`attnbench.run.loggers.csv_log_segments`, joined by
-    :func:`attnbench.report_stats.join_log_segments`); None without a readable log.
+    :func:`attnbench.analysis.stats.join_log_segments`); None without a readable log.
 
     Rows of the test loop (any ``test/*`` value) are left out: Lightning's ``ThroughputMonitor`` logs them with
     ``step`` counting test batches (50, 100, ...), not training steps, so in the last segment of a resumed run they
@@ -209,7 +209,7 @@ def _last_csv_step(job_dir: Path) -> int | None:
 
 def _val_history(job_dir: Path) -> dict[str, Any]:
     """The run's validation history from its CSV log, every segment of a resumed run included
-    (:func:`_csv_history`; :func:`attnbench.report_stats.val_loss_epochs`): epochs validated, the epoch of the
+    (:func:`_csv_history`; :func:`attnbench.analysis.stats.val_loss_epochs`): epochs validated, the epoch of the
     lowest ``val/loss``, the last validated epoch; ``{}`` without a readable log or any ``val/loss`` in it."""
     history = _csv_history(job_dir, ("epoch", "val/loss"))
     return {} if history is None else val_loss_epochs(history)
@@ -263,7 +263,7 @@ def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
     The settings are its composed config flattened to dotted keys (``.hydra/config.yaml``), the config-group
     choices that name a setting (``attention``, ``data``, ``model``, ... from ``.hydra/hydra.yaml``; else the
     config's ``attention.name`` / ``data.name``), and its overrides (``.hydra/overrides.yaml``, which win:
-    they are what the sweep asked for). Values as :func:`attnbench.report_stats.format_setting` writes them.
+    they are what the sweep asked for). Values as :func:`attnbench.analysis.stats.format_setting` writes them.
     Empty when the run has no ``.hydra/``.
     """
     hydra_dir = job_dir / ".hydra"
@@ -294,7 +294,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     has an ERROR line; ``incomplete`` otherwise (interrupted: Ctrl-C, SIGTERM; killed; or still running); both carry
     ``last_step``, the last step in the CSV log. Every job with a CSV log carries its validation history
     (``val/epochs_validated``, ``val/loss_lowest_epoch``, ``val/last_epoch``: :func:`_val_history`); a resumed run
-    its ``resume`` record as the ``resume/*`` columns (:func:`attnbench.report_stats.resume_record`: exact or not,
+    its ``resume`` record as the ``resume/*`` columns (:func:`attnbench.analysis.stats.resume_record`: exact or not,
     batches replayed and unseen). ``_settings`` holds the names
     of the setting columns, ``_explicit`` those set on the command line.
     """
@@ -316,7 +316,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
     else:
         failure = _failure_record(job_dir)
         if failure:  # what the run said of its end: "interrupted" (Ctrl-C, SIGTERM, also logged as an ERROR
-            # line) is not a failure; its record (scripts/reproduce.py) has failure.json, not train.log
+            # line) is not a failure; its record (attnbench reproduce) has failure.json, not train.log
             record["error"] = (failure.get("error") or _last_error(job_dir)) if failure.get("status") == "failed" \
                 else None
         else:  # a run from before failure.json: its log's last ERROR line
@@ -384,7 +384,7 @@ def read_runs(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[str], dict[str,
     """Every run under ``paths`` (:func:`find_runs` each), as a DataFrame; the swept keys; the settings held fixed.
 
     Swept keys: those a ``multirun.yaml`` sweeps, then every other relevant setting that differs between the
-    runs (:func:`attnbench.report_stats.split_settings`); fixed: the relevant settings all runs share. A run
+    runs (:func:`attnbench.analysis.stats.split_settings`); fixed: the relevant settings all runs share. A run
     found twice (two paths to it) counts once.
 
     Raises:
@@ -458,11 +458,11 @@ def _wandb_stopped_by(summary: dict[str, Any], config: dict[str, Any]) -> str | 
 
 
 def _wandb_val_history(*segments: Any) -> dict[str, Any]:
-    """A W&B run's validation history (:func:`attnbench.report_stats.val_loss_epochs` of its logged ``epoch`` and
+    """A W&B run's validation history (:func:`attnbench.analysis.stats.val_loss_epochs` of its logged ``epoch`` and
     ``val/loss``, ``run.history(keys=...)``), as a run dir's CSV log gives it; ``{}`` where the run has no history
     or it cannot be read (the report stands without it). An offline-resumed run is one W&B run per segment, oldest
     first: their histories are joined on Lightning's ``trainer/global_step``
-    (:func:`attnbench.report_stats.join_log_segments`), a later segment replacing the replayed steps."""
+    (:func:`attnbench.analysis.stats.join_log_segments`), a later segment replacing the replayed steps."""
     frames = []
     for run in segments:
         history = getattr(run, "history", None)
@@ -565,7 +565,7 @@ def read_wandb(project: str, group: str | None, api: Any = None) -> tuple[pd.Dat
         summary = {k: v for k, v in dict(run.summary).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in settings}
         record.update(summary)
-        # where its rates were measured (text: RunStats.measured_on), which the paired multiples pair on
+        # where its rates were measured (text: Throughput.measured_on), which the paired multiples pair on
         record.update({k: v for k, v in dict(run.summary).items() if k in HOST_COLUMNS and isinstance(v, str)})
         record.update(_wandb_val_history(*segments))
         if stopped_by := _wandb_stopped_by(dict(run.summary), config):
@@ -635,7 +635,7 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
 
 
 def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
-    """The finished runs resumed inexactly (:func:`attnbench.report_stats.inexact_resumes`), one Markdown row each:
+    """The finished runs resumed inexactly (:func:`attnbench.analysis.stats.inexact_resumes`), one Markdown row each:
     the epoch they resumed in, its batches done before the checkpoint of its batch count, and how many of that
     epoch's batches the resumed run replayed (seen twice) and never saw. Empty when there is none."""
     finished = jobs[jobs["status"] == STATUS_OK]
@@ -657,7 +657,7 @@ def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
 
 def convergence_text(jobs: pd.DataFrame) -> str:
     """One sentence: in how many finished runs ``val/loss`` was lowest before the last validated epoch, still
-    falling at it, or logged for one epoch only (:func:`attnbench.report_stats.convergence_counts`); empty when no
+    falling at it, or logged for one epoch only (:func:`attnbench.analysis.stats.convergence_counts`); empty when no
     run has a validation history."""
     c = convergence_counts(jobs)
     known = c["before_last"] + c["still_falling"] + c["one_epoch"]
@@ -857,7 +857,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             baseline: str = "scaled_dot") -> dict[str, Any]:
     """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
 
-    Every title names the settings held fixed (:func:`attnbench.report_stats.headline`); accuracy has a 95% CI
+    Every title names the settings held fixed (:func:`attnbench.analysis.stats.headline`); accuracy has a 95% CI
     bar only where >= 2 seeds give one (hollow markers: one seed, no interval). The accuracy-vs-throughput plot's
     x axis is the paired multiple of ``baseline``'s training tokens/s where the table has it (``train_tok_s_ratio``),
     else the median tokens/s.
@@ -1106,7 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown)
     print(f"Wrote {out / 'report.md'}, {out / 'report.csv'} and {out / 'jobs.csv'}", file=sys.stderr)
     if args.wandb:
-        from attnbench.viz.wandb_report import log_summary_run
+        from attnbench.analysis.wandb_report import log_summary_run
 
         try:
             where = log_summary_run(out, jobs, swept, fixed, source, project=args.wandb_project, group=args.wandb_group)

@@ -63,7 +63,7 @@ NOT_GENERATED = {
     "README Cost: B=1 additive naive/fast/compiled table": "not generated: bench_attention.py's JSON output of that "
     "run is not in the repository (the table has no derived column to drift)",
     "README Cost: tokens/s random vs length_grouped (MFU)": "not generated: attnbench bench train's output of that "
-    "run is not in the repository (helper H re-measures it)",
+    "run is not in the repository",
 }
 
 

@@ -129,7 +129,7 @@ MAPPED: dict[str, list[str]] = {
     'pip install torch==2.13.0 -e .[dev]': [".ci/run: pip install --quiet torch==2.13.0",
                                             '.ci/run: pip install --quiet -e ".[dev]"'],
     "pip install -e .[dev]": ['.ci/run: pip install --quiet -e ".[dev]"'],
-    "python -m pytest -m slow": [".ci/run: python -m pytest -m slow"],
+    "python -m pytest -m slow or mirror or release": ['.ci/run: python -m pytest -m "slow or mirror or release"'],
     "python -m pytest": [".ci/run: python -m pytest\n"],
     "export ATTNBENCH_DATA_DIR=": [".ci/run: export ATTNBENCH_DATA_DIR=",
                                    "tests/test_data_sources.py::test_fresh_machine_trains_on_the_packaged_data"],

@@ -92,6 +92,7 @@ print(json.dumps(LengthGroupedBatchSampler(sampler, 16, False, lengths, megabatc
 """
 
 
+@pytest.mark.slow
 def test_same_seed_and_epoch_same_order_in_a_fresh_process():
     def order(seed: int, epoch: int, global_seed: int) -> list[list[int]]:
         out = subprocess.run([sys.executable, "-c", _ORDER_SCRIPT, str(seed), str(epoch), str(global_seed)],

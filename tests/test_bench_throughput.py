@@ -73,6 +73,7 @@ def test_short_attention_ratios(monkeypatch):
     assert len(calls) == 2 * 2 * 2
 
 
+@pytest.mark.slow
 def test_short_attention_fixes_glibc_malloc_thresholds_and_says_so():
     """In its own process (mallopt is process-wide): the header names the fixed thresholds on glibc."""
     cmd = [sys.executable, "-m", "attnbench", "bench", "short", "--batch", "2", "--length", "4",

@@ -40,6 +40,7 @@ def test_unknown_score_function_lists_the_valid_ones():
     ("seed=abc", "seed must be an integer, got 'abc'"),  # refused by the schema while composing
     ("optim.lr=fast", "optim.lr must be a number > 0, got 'fast'"),
 ])
+@pytest.mark.slow
 def test_bad_config_fails_fast_with_one_message(tmp_path, override, message):
     proc = _run(override, "logger=none", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 1

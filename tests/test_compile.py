@@ -123,6 +123,7 @@ def test_compile_settings_from_hydra_are_saved_as_plain_values():
     assert module.hparams["compile"] == {"enabled": False, "dynamic": True, "mode": "default"}
 
 
+@pytest.mark.slow
 def test_diagnostics_and_attention_maps_read_a_compiled_model():
     """With compile.enabled, the diagnostics probe and the attention maps ask the model for its attention
     intermediates in an eager run (no recompilation for the request) and give the uncompiled model's values."""

@@ -33,6 +33,7 @@ def tiny_run(tmp_path_factory, data_dir, cache_dir):
     return proc.stdout + proc.stderr, run_dir
 
 
+@pytest.mark.slow
 def test_summary_printed_once_headline_first_in_human_units(tiny_run):
     console, run_dir = tiny_run
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -59,12 +60,14 @@ def test_summary_printed_once_headline_first_in_human_units(tiny_run):
     assert json.loads(logged.split("] Summary: ", 1)[1]) == {k: round(v, 6) for k, v in metrics.items() if "/" in k}
 
 
+@pytest.mark.slow
 def test_no_library_noise(tiny_run):
     console, _ = tiny_run
     for noise in NOISE:
         assert noise not in console, noise
 
 
+@pytest.mark.slow
 def test_progress_bar_counts_to_the_max_steps_stop(tiny_run):
     """5 batches an epoch, max_steps=7: the run stops in epoch 1 after 2 of its batches."""
     console, _ = tiny_run
@@ -74,6 +77,7 @@ def test_progress_bar_counts_to_the_max_steps_stop(tiny_run):
     assert {(e, n, total) for e, _, n, total in bars} == {("0", "5", "5"), ("1", "2", "2")}
 
 
+@pytest.mark.slow
 def test_csv_log_holds_the_whole_run_figures(tiny_run):
     """csv/metrics.csv ends with one row holding the figures of metrics.json that are not per-step series."""
     _, run_dir = tiny_run
@@ -122,6 +126,7 @@ def _train(args, env, expect=0):
     return proc
 
 
+@pytest.mark.slow
 def test_a_data_fault_leaves_failure_json(tmp_path, cache_dir):
     """A data failure (a split file missing, Hub unreachable) stops before training: one `Error:` line, no
     traceback, and failure.json in the run dir (before: only .hydra/ and train.log)."""
@@ -164,6 +169,7 @@ def test_help_loads_no_torch():
     assert "hydra" in imported and not {"torch", "pytorch_lightning", "wandb", "datasets"} & imported
 
 
+@pytest.mark.slow
 def test_a_warning_is_one_line_without_its_source(tmp_path, data_dir, cache_dir):
     """`logger.wandb.mode=online` without credentials: W&B falls back to offline with a warning, printed as one
     log line (no `file.py:123: UserWarning` and no source line)."""
@@ -201,6 +207,7 @@ def test_a_finished_run_keeps_one_copy_of_its_final_checkpoint(tmp_path, data_di
     assert steps == {9}  # only epoch 1's validation (Lightning logs it at step index global_step - 1 = 9)
 
 
+@pytest.mark.slow
 def test_last_checkpoint_kept_when_the_best_is_older(tiny_run):
     """The tiny run validated at step 5 (epoch end) and stopped at step 7: best (step 5) and last (step 7) differ,
     so both files stay."""
@@ -210,6 +217,7 @@ def test_last_checkpoint_kept_when_the_best_is_older(tiny_run):
     assert "step5" in best.name and last.is_file() and not last.is_symlink()
 
 
+@pytest.mark.slow
 def test_wandb_history_ends_with_the_same_whole_run_row(tiny_run):
     """The W&B run (offline, read back from its .wandb file) gets the same last row as csv/metrics.csv."""
     from .test_short_run_logging import _wandb_history

@@ -173,6 +173,7 @@ def test_switched_off_by_the_environment(rebuild, monkeypatch):
             assert torch.isfinite(layer(torch.randn(2, 3, 16))).all()
 
 
+@pytest.mark.slow
 def test_a_failed_build_warns_once_and_inference_still_runs(rebuild, monkeypatch):
     def no_compiler(**kwargs):
         raise RuntimeError("Ninja is required to load C++ extensions")

@@ -117,6 +117,7 @@ def test_bytes_tokenizer_is_one_token_per_utf8_byte(data_dir, tmp_path):
         assert tokenizer.decode(ids).encode("utf-8") == raw[:24]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wordpiece", "byte_bpe"])
 def test_token_ids_do_not_depend_on_the_training_run(data_dir, kind):
     """Three trainings on the same texts give the same vocabulary and ids (across processes: test_data_trust)."""
@@ -130,6 +131,7 @@ def test_token_ids_do_not_depend_on_the_training_run(data_dir, kind):
     assert vocab["[PAD]"] == 0 and vocab["[UNK]"] == 1 and len(vocab) == 3000
 
 
+@pytest.mark.slow
 def test_sst2_validation_text_is_never_inside_a_training_text(sst2, data_dir):
     """SST-2 train is phrases: a random 5% carve put 88.7% of the validation phrases inside a training phrase."""
     from attnbench.data.splits import normal_form

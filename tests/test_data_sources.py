@@ -219,6 +219,7 @@ def test_a_missing_pair_column_names_the_key(tmp_path):
 
 
 # --------------------------------------------------------------------------- Hub by id, through the mirror
+@pytest.mark.slow
 def test_hub_dataset_by_id_through_the_mirror_layout(sst2_sample, tmp_path, data_dir, cache_dir):
     """README "Hub dataset by id": scripts/mirror_data.py writes <out>/<name>/<split>.parquet (tested on a local
     folder: load_dataset(path) reads a folder of train/validation/test files as a Hub repo), then data=hub."""

@@ -236,6 +236,7 @@ REPRO = ["model=tiny", "data=trec", "data.max_train_samples=320", "data.max_eval
          "trainer.max_epochs=1", "trainer.deterministic=true", "logger=csv", "trainer.enable_progress_bar=false"]
 
 
+@pytest.mark.slow
 def test_two_fresh_caches_give_the_same_run(data_dir, tmp_path):
     """The issue's reproducer: test/acc 0.515625 vs 0.484375 with two empty caches before; now identical."""
     metrics = []

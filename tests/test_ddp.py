@@ -191,6 +191,7 @@ def _one_process_evaluation(module, loader) -> tuple[int, int, float]:
     return correct, rows, loss_sum
 
 
+@pytest.mark.slow
 def test_ddp_eval_counts_every_row_once_and_throughput_counts_every_process(tmp_path, data_dir, cache_dir,
                                                                             monkeypatch):
     """val/test metrics of `trainer=ddp_cpu` equal one process's evaluation of the same checkpoint, to the last

@@ -402,6 +402,7 @@ def test_experiment_sweeps_expand_to_the_documented_job_counts(hydra_configs):
 SCRIPTS = sorted({s for c in COMMANDS if (s := _script(c))})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_flags_are_in_its_help(script):
     help_cmd = (["mutmut", "run", "--help"] if script.endswith(".sh") else
@@ -427,6 +428,7 @@ def _cheap(argv: tuple[str, ...], run_dir: Path) -> list[str]:
 
 @pytest.mark.parametrize("text", [pytest.param(t, marks=pytest.mark.slow) if t in SLOW_RUNS else t
                                   for t in sorted(REAL_RUNS)])
+@pytest.mark.slow
 def test_documented_command_runs(text, tmp_path, data_dir, cache_dir):
     command = next(c for c in COMMANDS if c.text == text)
     run_dir = tmp_path / "run"

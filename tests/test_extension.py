@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import math
 import os
@@ -49,6 +51,7 @@ def _write_extension(root):
     (root / "conf" / "attention" / "my_score.yaml").write_text(YAML)
 
 
+@pytest.mark.slow
 def test_out_of_package_score_function_builds_and_matches_its_formula(tmp_path):
     """Built from its YAML in a fresh interpreter (so this session's registry stays the package's own)."""
     _write_extension(tmp_path)
@@ -85,6 +88,7 @@ def test_manhattan_by_hand():
     assert math.isclose(float(reference_attention(fn, q, k, v)), want, rel_tol=1e-12)
 
 
+@pytest.mark.slow
 def test_out_of_package_score_function_trains_through_the_search_path(tmp_path, data_dir, cache_dir):
     """`python train.py attention=my_score hydra.searchpath=[file://...]`: one module + one YAML, no other edit."""
     _write_extension(tmp_path)
@@ -122,6 +126,7 @@ class BuggyScore(ScoreFunction):
 '''
 
 
+@pytest.mark.slow
 def test_constructor_bug_of_an_out_of_package_score_function_shows_its_own_traceback_on_the_command_line(tmp_path):
     """`python train.py attention=buggy_score hydra.searchpath=[...]` with a NameError in the class's __init__.
 

@@ -248,6 +248,7 @@ def _cli(args, env_extra=None, timeout=180):
                           env=env, timeout=timeout, check=False)
 
 
+@pytest.mark.slow
 def test_a_rerun_through_hydra_gets_its_own_dir(tmp_path):
     """A re-run with the run dir of an earlier job: the new job writes next to it and touches none of its files."""
     run_dir = tmp_path / "2026-01-01_10-00-00_scaled_dot-sst2-s0"
@@ -304,6 +305,7 @@ def _wandb_run(out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_finishes_wandb_and_exits_143(toy, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "WANDB_MODE": "offline"}
@@ -415,6 +417,7 @@ def _start_wandb(tmp_path, **kwargs):
             logger.experiment.finish()
 
 
+@pytest.mark.slow
 def test_wandb_online_without_credentials_goes_offline_at_once(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))

@@ -92,6 +92,7 @@ def test_bad_test_batches_if_stopped_is_refused_naming_the_key(value):
     (2, True, 16),      # a run the cap stopped: its first 2 batches only
     (2, False, 40),     # a run that finished its budget is tested in full, whatever the setting
 ])
+@pytest.mark.slow
 def test_a_stopped_run_is_tested_on_test_batches_if_stopped(toy, tmp_path, limit, stop, tested):  # noqa: F811
     """``test_batches_if_stopped`` bounds the test of an unfinished run (its accuracy is not reported; for
     additive at long n the whole test would outlast the capped fit) and of nothing else; ``test/samples`` and the
@@ -110,6 +111,7 @@ def test_a_stopped_run_is_tested_on_test_batches_if_stopped(toy, tmp_path, limit
     (0.2, 2, 8),    # the user's own limit (1 of 5 batches) is the smaller: it stays
     (0.6, 2, 16),   # 3 of 5 batches: the cap's 2 are the smaller
 ])
+@pytest.mark.slow
 def test_a_fraction_limit_test_batches_is_never_raised_by_the_cap(toy, tmp_path, fraction, cap, tested):  # noqa: F811
     """``test_batches_if_stopped`` only ever lowers the test of a stopped run: with ``trainer.limit_test_batches``
     a fraction (Lightning: int(batches x fraction)), the smaller of the two counts. Before: the cap replaced any

@@ -24,6 +24,7 @@ def wheel(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_every_config_file(wheel):
     shipped = {n.removeprefix("attnbench/conf/") for n in zipfile.ZipFile(wheel).namelist()
                if n.startswith("attnbench/conf/") and n.endswith(".yaml")}
@@ -32,6 +33,7 @@ def test_the_wheel_carries_every_config_file(wheel):
     assert shipped == in_repo
 
 
+@pytest.mark.slow
 def test_an_installed_attnbench_finds_its_configs_from_any_directory(wheel, tmp_path):
     """Installed with pip (not editable) into a folder of its own and run from an unrelated directory: the configs
     come from the installed package, and the command line composes train.yaml from there."""
@@ -53,6 +55,7 @@ def test_an_installed_attnbench_finds_its_configs_from_any_directory(wheel, tmp_
     assert "  name: dot" in lines and "  lr: 0.002" in lines  # composed: the group choice and the schema's optim
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_the_packaged_default_data(wheel):
     """The main job trains on a fresh machine with nothing exported (issue 12): the packaged SST-2 and TREC
     Parquet files are in the wheel, byte for byte."""
@@ -65,6 +68,7 @@ def test_the_wheel_carries_the_packaged_default_data(wheel):
     assert shipped == in_repo
 
 
+@pytest.mark.slow
 def test_the_wheel_carries_the_cpu_kernel_source(wheel):
     """An installed attnbench can build its CPU inference kernels: the C++ source is in the wheel, byte for byte,
     next to the module that compiles it."""

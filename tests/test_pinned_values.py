@@ -5,7 +5,6 @@ computed a second way rather than read back from the object under test.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from types import SimpleNamespace
 
@@ -18,9 +17,7 @@ from attnbench.callbacks.throughput import Throughput
 
 from .conftest import REPO_ROOT
 
-_spec = importlib.util.spec_from_file_location("report_pins", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
+from attnbench.analysis import report
 
 
 # --------------------------------------------------------------------------- score-function initial values

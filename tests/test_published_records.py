@@ -13,7 +13,6 @@ docs/testing.md).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pandas as pd
@@ -28,9 +27,7 @@ WITHOUT_RECORDS: set[str] = set()
 #: where the runs lay when reported: the one column a report of the records writes differently
 PATH_COLUMNS = ["dir", "best_checkpoint", "wandb_run_dir"]
 
-_spec = importlib.util.spec_from_file_location("report", REPO_ROOT / "scripts" / "report.py")
-report = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(report)
+from attnbench.analysis import report
 
 
 def _stages_with_records() -> list[str]:

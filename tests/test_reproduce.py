@@ -42,6 +42,7 @@ def plans(tmp_path_factory):
     return out, {stage: reproduce.plan([stage], out, [], []) for stage in reproduce.TRAIN_STAGES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", reproduce.TRAIN_STAGES)
 def test_the_plan_is_the_experiments_grid_in_sweep_order(plans, stage):
     grid = _grid_from_yaml(stage)
@@ -53,6 +54,7 @@ def test_the_plan_is_the_experiments_grid_in_sweep_order(plans, stage):
     assert all(j.run_dir.parent == tmp_path / stage and j.status() == "todo" for j in jobs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", reproduce.TRAIN_STAGES)
 def test_jobs_share_a_time_estimate_exactly_when_they_differ_only_in_seed(plans, stage):
     """The estimate key (what a job's expected time is looked up by) separates every swept setting of the grid
@@ -96,6 +98,7 @@ def test_the_expected_duration_divides_the_training_jobs_by_jobs_at_once_but_not
     assert next(line for line in reversed(out) if line.startswith("compare")).split()[1:5] == ["3", "1", "0", "2"]
 
 
+@pytest.mark.slow
 def test_measured_seconds_are_the_median_of_whole_finished_runs():
     def entry(key, status="done", **extra):
         return {"estimate_key": key, "status": status, **extra}
@@ -312,6 +315,7 @@ def _is_job(pid: int) -> bool:
     return _argv(pid)[1:4] == ["-m", "attnbench", "train"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_job_outliving_a_killed_reproduction_keeps_its_results_dir_locked(tmp_path, data_dir, cache_dir):
     """Jobs run in their own session (a terminal's Ctrl-C reaches reproduce.py only), so a reproduce.py killed
@@ -937,6 +941,7 @@ def test_the_plan_stops_before_any_job_when_a_datasets_data_cannot_be_loaded(tmp
     assert not (out / "compare").exists()  # no job started, not even SST-2's
 
 
+@pytest.mark.slow
 def test_the_data_check_sees_an_empty_offline_cache_relative_paths_and_job_time_interpolations(
         tmp_path, monkeypatch, capsys, generated_mirror):
     """Three ways the check disagreed with the jobs (breaker's review): with HF_HUB_OFFLINE=1 the Hub plan passed

@@ -22,6 +22,7 @@ def _metrics(run_dir) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_run_resumed_after_its_training_ended_keeps_its_rate_and_diagnostics(toy, tmp_path):  # noqa: F811
     """Killed after the checkpoint of its last epoch (no metrics.json yet): resumed, Lightning's fit loop has
     nothing left to train. Before: its metrics.json had no train/* rates and no diag/* figures (a long_context
@@ -108,6 +109,7 @@ def test_a_checkpoint_written_before_the_restored_counters_are_applied_keeps_the
                                   "_train_samples": 0, "_train_tokens": 0, "_train_steps": 0, "hosts": []}
 
 
+@pytest.mark.slow
 def test_a_run_resumed_between_epochs_reports_the_validation_history_of_the_whole_run(toy, tmp_path):  # noqa: F811
     """Stopped after epoch 0 and resumed to 2 epochs: the report's validation history (from the CSV log, which a
     resume writes in segments) is the uninterrupted run's. Before: 1 epoch validated (the last segment's only)."""

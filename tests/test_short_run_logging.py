@@ -21,6 +21,7 @@ def _wandb_history(run_dir) -> list[dict]:
     return [r["history"]["item"] for r in records if r.get("type") == "history"]
 
 
+@pytest.mark.slow
 def test_short_run_logs_train_loss_to_csv_and_wandb(tmp_path, data_dir, cache_dir):
     """The issue's case: 48 training rows, batch 16, 2 epochs = 6 optimizer steps < log_every_n_steps (50)."""
     out = tmp_path / "run"

@@ -44,6 +44,7 @@ def _jobs(sweep_dir: Path) -> list[tuple[dict, list[Path]]]:
     ("joblib", ["hydra.launcher.n_jobs=2"]),
     pytest.param("submitit_local", ["hydra.launcher.timeout_min=10"], marks=pytest.mark.slow),  # 30 s; CI's slow step
 ])
+@pytest.mark.slow
 def test_launcher_runs_two_jobs_with_two_wandb_runs(tmp_path, data_dir, cache_dir, launcher, extra):
     sweep_dir = tmp_path / "sweep"
     _multirun([f"hydra/launcher={launcher}", *extra, "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep_dir}"],
@@ -94,6 +95,7 @@ def _assert_failure_list(proc: subprocess.CompletedProcess, sweep_dir: Path, fai
     return [line for line in listed if line.startswith("  failed  ")]
 
 
+@pytest.mark.slow
 def test_failed_jobs_are_reported_and_the_others_kept(tmp_path, data_dir, cache_dir):
     """One job of two cannot start (3 heads do not divide d_model=64): it leaves error.json, the other its results."""
     sweep_dir = tmp_path / "sweep"

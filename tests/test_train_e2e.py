@@ -63,6 +63,7 @@ def multirun(tmp_path_factory, data_dir):
     return jobs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", available())
 def test_every_score_function_trains_and_logs(multirun, name):
     metrics, run = multirun[name]
@@ -100,6 +101,7 @@ def test_every_score_function_trains_and_logs(multirun, name):
     assert (grads["diag/layer0/query_grad_norm"] > 0).all() and (grads["diag/layer0/key_grad_norm"] > 0).all()
 
 
+@pytest.mark.slow
 def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
     assert set(multirun) == set(available())
     run_ids = {run["run_id"] for _, run in multirun.values()}
@@ -113,6 +115,7 @@ def test_multirun_jobs_are_distinct_runs_in_one_group(multirun):
     assert {run["config"]["logger"]["wandb"]["group"] for _, run in multirun.values()} == groups
 
 
+@pytest.mark.slow
 def test_short_run_learns(tmp_path, data_dir):
     """A few hundred steps on SST-2 beat the majority class of the official validation split clearly."""
     out = tmp_path / "run"
@@ -127,6 +130,7 @@ def test_short_run_learns(tmp_path, data_dir):
     assert "val/acc" in metrics and "step300" in metrics["best_checkpoint"]
 
 
+@pytest.mark.slow
 def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
     """`attnbench report` on the seven-job sweep above: every job found, its test/acc and rates carried through.
     (The disturbed-run rule is off here: these jobs may share a core with other work; what the rule leaves out is
@@ -153,6 +157,7 @@ def test_report_reads_the_real_multirun(multirun, tmp_path, monkeypatch):
     assert (tmp_path / "pareto.png").is_file()
 
 
+@pytest.mark.slow
 def test_the_main_job_trains_in_bf16_mixed_precision(tmp_path, data_dir):
     """trainer.precision=bf16-mixed, as trainer=gpu and scripts/gpu_check.py's main_bf16 part set it, with the
     default fused AdamW and gradient clipping: it failed at the first step ('AdamW does not allow for gradient

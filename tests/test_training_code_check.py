@@ -13,7 +13,6 @@ each identical, and the negative controls differed.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 
 import pytest
@@ -21,9 +20,7 @@ import torch
 
 from .conftest import REPO_ROOT
 
-_spec = importlib.util.spec_from_file_location("check_training_code", REPO_ROOT / "scripts" / "check_training_code.py")
-check = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check)
+from scripts import check_training_code as check  # scripts/ is a namespace package under the repository root
 
 PUB = REPO_ROOT / "docs" / "results" / "cpu"
 

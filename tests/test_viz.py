@@ -159,6 +159,7 @@ def _leet_summary(run_dir: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_each_run_logs_its_maps_to_wandb(tiny_runs):
     for attention in ("scaled_dot", "dot"):
         run = tiny_runs / attention
@@ -170,6 +171,7 @@ def test_each_run_logs_its_maps_to_wandb(tiny_runs):
         assert (Path(metrics["wandb_run_dir"]) / "files" / image["filenames"][0]).stat().st_size > 5_000
 
 
+@pytest.mark.slow
 def test_report_draws_the_runs_side_by_side_and_logs_a_summary_run(tiny_runs, tmp_path, monkeypatch):
     import attnbench.viz.attention_maps as maps_module
 

@@ -67,7 +67,7 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("model.n_layers=-1", "invalid config: model sizes must be >= 1, got {'n_layers': -1}"),
     ("model.attn_dropout=-0.1", "invalid config: model.attn_dropout must be in [0, 1), got -0.1"),
     ("model.dropout=1.0", "invalid config: model.dropout must be in [0, 1), got 1.0"),
-    ("model.pooling=avg", "invalid config: model.pooling must be 'mean', 'max' or 'cls', got 'avg'"),
+    ("model.pooling=avg", "invalid config: model.pooling must be one of mean, max, cls, last, got 'avg'"),
     ("data.max_length=0", "data.max_length must be an integer >= 1, got 0"),
     ("data.eval_batch_size=-1", "data.eval_batch_size must be an integer >= 1, got -1"),
     ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: "
@@ -150,10 +150,10 @@ def test_nan_val_loss_keeps_the_last_good_checkpoint(toy, tmp_path):
 def test_out_of_memory_names_the_knobs(toy, tmp_path, monkeypatch, error):
     real_forward = TextClassifierModule.forward
 
-    def forward(self, input_ids, padding_mask):
+    def forward(self, input_ids, padding_mask, **kwargs):
         if self.training and self.global_step == 3:
             raise error
-        return real_forward(self, input_ids, padding_mask)
+        return real_forward(self, input_ids, padding_mask, **kwargs)
 
     monkeypatch.setattr(TextClassifierModule, "forward", forward)
     out = tmp_path / "run"
@@ -339,10 +339,10 @@ def test_ctrl_c_writes_a_checkpoint_and_says_how_to_resume(toy, tmp_path, monkey
     """A real SIGINT to this process at step 5 (what Ctrl-C sends)."""
     real_forward = TextClassifierModule.forward
 
-    def forward(self, input_ids, padding_mask):
+    def forward(self, input_ids, padding_mask, **kwargs):
         if self.training and self.global_step == 5:
             signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # handled before it returns
-        return real_forward(self, input_ids, padding_mask)
+        return real_forward(self, input_ids, padding_mask, **kwargs)
 
     monkeypatch.setattr(TextClassifierModule, "forward", forward)
     out = tmp_path / "run"

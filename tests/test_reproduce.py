@@ -130,7 +130,7 @@ def test_grid_overrides_replace_one_key_and_bad_ones_are_refused(tmp_path):
     (["seeds=0,1"], [], r"^compare: Hydra cannot compose the stage with --grid seeds=0,1\. Unknown config key "
                         r"'seeds': did you mean seed\?"),
     (["attention=dotx"], [], r"--grid attention=dotx\. .*Could not find 'attention/dotx' Available options in "
-                             r"'attention': additive cosine dot euclidean general l2 scaled_dot$"),
+                             r"'attention': (\w+ )*scaled_dot( \w+)*$"),
     ([], ["trainer.max_step=5"], r"--set trainer\.max_step=5\. Unknown config key 'trainer\.max_step': did you "
                                  r"mean trainer\.max_steps"),
 ])
@@ -683,18 +683,14 @@ def test_a_job_with_only_interrupted_ckpt_resumes_from_it(tmp_path):
     assert job.status() == "resume" and "ckpt_path=last" in job.command("cpu")
 
 
-def test_the_published_mid_epoch_resumes_are_the_ones_docs_results_names():
-    """docs/results.md: the published compare and head_dim_sweep runs have no inexact mid-epoch resume; the 4 of
-    the head_dim_sweep published before its re-run are history, named as such."""
+def test_the_published_runs_have_no_inexact_mid_epoch_resume():
+    """The published compare and head_dim_sweep runs have no inexact mid-epoch resume (their jobs CSVs)."""
     import csv
 
     for stage in ("compare", "head_dim_sweep"):
         rows = list(csv.DictReader((REPO_ROOT / f"docs/results/cpu/{stage}_jobs.csv").open()))
         assert rows and "resume/exact" in rows[0], stage
         assert not [r for r in rows if r["resume/exact"].lower() == "false"], stage
-    text = " ".join((REPO_ROOT / "docs/results.md").read_text().split())
-    assert ("4 of the 75 runs of the `head_dim_sweep` published before its re-run; the published `compare` and "
-            "`head_dim_sweep` runs now have none") in text
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])

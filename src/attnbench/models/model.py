@@ -9,8 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.attention import MultiHeadAttention
-
-POOLINGS = ("mean", "max", "cls", "last")
+from attnbench.config import POOLINGS
 
 
 class TransformerBlock(nn.Module):

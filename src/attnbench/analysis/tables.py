@@ -223,7 +223,7 @@ def _delta(row: dict[str, str]) -> str:
 def _multiple(row: dict[str, str], base: dict[str, str] | None, column: str) -> float:
     """``row[column]`` as a multiple of the baseline's: the report's paired ratio ``<column>_ratio`` (median over
     seeds of run / same-seed baseline run, :func:`attnbench.analysis.stats.summarise`), else, in a report.csv
-    from before it, the ratio of the two medians; NaN where there is neither."""
+    without it, the ratio of the two medians; NaN where there is neither."""
     if f"{column}_ratio" in row:
         return _num(row[f"{column}_ratio"])
     return math.nan if base is None else _num(row.get(column)) / _num(base.get(column))

@@ -9,6 +9,8 @@ import pytest
 
 from attnbench.analysis import tables
 
+from .conftest import REPO_ROOT
+
 
 def _bench_results(sdpa_s: float = 0.100, l2_s: float = 0.222) -> dict:
     """A bench_attention.py results.json with SDPA's and l2's rows at n=1024, d=64 (both modes)."""
@@ -393,3 +395,65 @@ def test_the_epoch_probe_table_names_each_runs_best_epoch_and_the_published_run_
     rows = tables.render_epoch_probe(data).splitlines()[2:]
     assert rows == ["| 3 | 0 | 0.8000, 0.9000, 0.8500 | 0.9000 (1) | 0.400 → 0.700 | 0.8100 | 0.8300 (twin 0.8400) |",
                     "| 2 | 0 | 0.7000, 0.8000 | 0.8000 (1) | 0.500 → 0.450 | 0.8200 | 0.8300 (twin 0.8400) |"]
+
+
+# ----------------------------------------------------------------------------------- tables of the composed config
+def _cells(table: str, first: str) -> list[str]:
+    """The cells of the row of ``table`` whose first cell is ``first``."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    return next(row for row in rows if row[0] == first)
+
+
+def test_model_presets_count_the_parameters_of_the_documented_sizes():
+    """Each preset's parameters besides the embeddings equal a count by hand from its row's sizes: per pre-LN
+    block two LayerNorms (2·2d), the q, k, v projections d → h·d_k and the output projection back (with biases),
+    the MLP d → d_ff → d (with biases); then the final LayerNorm and the 2-class head. The last column adds
+    (16,000 + 64) × d of ``python train.py``'s embeddings."""
+    table = tables.render("config:model-presets", REPO_ROOT)
+    assert "(16,000 tokens, 64 positions)" in table
+    for name in ("tiny", "recall", "small", "base"):
+        _, d, heads, layers, d_ff, *_, besides, total = _cells(table, f"`{name}`")
+        d, layers, d_ff = int(d), int(layers), int(d_ff)
+        h, d_k = (int(x) for x in heads.split("×"))
+        block = 2 * 2 * d + (d * 3 * h * d_k + 3 * h * d_k) + (h * d_k * d + d) + (d * d_ff + d_ff) + (d_ff * d + d)
+        by_hand = layers * block + 2 * d + (d * 2 + 2)
+        assert int(besides.replace(",", "")) == by_hand, name
+        assert int(total.replace(",", "")) == by_hand + (16_000 + 64) * d, name
+    assert _cells(table, "`small`")[1:4] == ["128", "4 × 32", "2"]
+    assert _cells(table, "`small`")[-2] == "265,474"
+
+
+def test_config_tables_follow_the_config_and_check_fails_when_it_changes(tmp_path, capsys):
+    """The defaults tables are rendered from the composed config: a preset's changed value and a new score
+    function's YAML (with its own option) change the generated tables, so ``--check`` fails until they are
+    regenerated; the rows name every source holding a value."""
+    import shutil
+
+    root = tmp_path / "repo"
+    shutil.copytree(REPO_ROOT / "conf", root / "conf")
+    (root / "docs").mkdir()
+    page = root / "docs" / "configuration.md"
+    page.write_text("".join(f"<!-- generated: config:{name} -->\n<!-- end generated -->\n\n"
+                            for name in ("groups", "defaults", "data-defaults")))
+    assert tables.main(["--root", str(root)]) == 0
+    text = page.read_text()
+    assert "| `attention` | `additive`, `cosine`, `dot`, `euclidean`, `general`, `l2`, `scaled_dot`, `uniform` | " \
+           "`scaled_dot` |" in text
+    assert "| `optim.betas` | `[0.9, 0.98]` | `train`, `OptimConfig` |" in text
+    assert "| `data.max_length` | `48` | `data=trec` |" in text
+    assert "| `data.tokenizer.min_frequency` | `1` | `data=assoc_recall`, `data=trec` |" in text
+    assert "| `attention.eps` | `1e-6` | `attention=cosine`, `attnbench.attention.cosine.CosineScore` |" in text
+    assert tables.main(["--check", "--root", str(root)]) == 0
+
+    trec = root / "conf" / "data" / "trec.yaml"
+    trec.write_text(trec.read_text().replace("max_length: 48", "max_length: 40"))
+    (root / "conf" / "attention" / "l2_small.yaml").write_text(
+        "_target_: attnbench.attention.l2.L2Score\nname: l2_small\nchunk_bytes: 1024\n")
+    capsys.readouterr()
+    assert tables.main(["--check", "--root", str(root)]) == 1
+    assert "stale generated block config:data-defaults" in capsys.readouterr().out
+    assert tables.main(["--root", str(root)]) == 0
+    text = page.read_text()
+    assert "| `data.max_length` | `40` | `data=trec` |" in text
+    assert "`l2`, `l2_small`, `scaled_dot`" in text
+    assert "| `attention.chunk_bytes` | `1024` | `attention=l2_small` |" in text

@@ -50,7 +50,7 @@ def eval_sampler(dataset: Any, trainer: Any, lengths: Sequence[int] | None = Non
 
     Lightning otherwise gives evaluation loaders a ``DistributedSampler``, which
     pads the split with repeated rows to a multiple of the number of
-    processes: 63 rows on 2 processes were evaluated as 64 (val/acc 39/64
+    processes: 63 rows on 2 processes are evaluated as 64 (val/acc 39/64
     instead of 39/63). ``UnrepeatedDistributedSampler`` (Lightning's, made for
     prediction) gives process ``r`` the rows ``r, r + W, r + 2W, ...``; the
     shards differ by at most one row, and the metrics (torchmetrics, summed

@@ -160,14 +160,14 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
     variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
     compares runs made at different times: ``attnbench reproduce`` runs one seed's score functions one after another,
-    and the same jobs ran at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one machine
-    (compare re-run, 2026-11; the drifted runs' ``cpu_share`` read 0.96-0.98, so the rule flagged none of them),
-    which put the median of ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
+    and the same jobs can run at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one
+    machine with a ``cpu_share`` of 0.96-0.98 (so the rule flags none of them), enough to put the median of
+    ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
     undisturbed runs measured on one host: the same machine in one boot (``train_host`` for the training rates,
     ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction continued on another machine, or a
-    resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs from
-    before hosts were recorded have none and pair with each other as before, with no check that they ran on one
-    machine. The other columns are means over the replicates, each replicate the mean of its runs
+    resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs that
+    record no host pair with each other by seed alone, with no check that they ran on one machine. The other
+    columns are means over the replicates, each replicate the mean of its runs
     (:func:`_over_replicates`: a seed run twice, such as a baseline twin, counts once, as in the accuracy).
     ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch,
     some batches of one epoch replayed and as many unseen); their figures count, the report lists them.
@@ -244,8 +244,8 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
                 # the median over seeds of each seed's median run: a seed run twice (a twin) weighs as one seed
                 row[column] = _over_replicates(group[kept], replicates, metric, "median").median()
                 if base_runs is not None:
-                    # one seed's runs on one host pair (a host column absent, or NaN in runs from before it: pairs
-                    # as the replicate alone did)
+                    # one seed's runs on one host pair (a host column absent, or NaN in runs that record no host:
+                    # they pair by the replicate alone)
                     on = [*replicates, *([HOST_OF_RATE[metric]] if HOST_OF_RATE[metric] in done else [])]
                     pairs = _per_replicate(group[kept], on, metric, "median").merge(
                         _per_replicate(base_runs[undisturbed[base_runs.index]], on, metric, "median"),
@@ -412,7 +412,7 @@ IRRELEVANT_KEYS = (
     # Guards and pointers whose effect each run records itself: a run the wall-time cap stopped says so
     # (stopped_by, train/steps_done; test/samples for test_batches_if_stopped) and a finished one is the same run
     # under any cap; an experiment's budget.<dataset> reaches the run as trainer.max_epochs / max_steps. As
-    # settings they split runs of one variant into groups (jobs from before such a key existed lack it).
+    # settings they split runs of one variant into groups (jobs whose config lacks such a key).
     # max_length_by_data.<dataset> reaches the run as data.max_length, in the same way.
     "trainer.max_time", "test_batches_if_stopped", "budget", "max_length_by_data",
     # the W&B run an offline-resumed run continues (attnbench.run.loggers): a pointer, not a setting

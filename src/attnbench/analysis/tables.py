@@ -9,6 +9,10 @@ A generated table sits between two markers in any ``*.md`` file of the repositor
 
 The marker names the source file (relative to the repository root); :data:`RENDERERS` maps it to the function
 that renders the table from it (derived columns, e.g. ratios to a baseline, are computed here, never typed).
+A source named ``config:<table>`` (:data:`CONFIG_RENDERERS`: ``config:groups``, ``config:defaults``,
+``config:data-defaults``, ``config:model-presets``) is rendered from the config instead: ``conf/train.yaml``
+composed with Hydra's compose API and its structured schema, the schema classes' own defaults, and, for the
+model presets, the parameters of each built model; so the docs' defaults tables follow the code.
 
     attnbench tables           # rewrite every generated table in place
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import difflib
 import io
 import json
@@ -49,6 +54,7 @@ import re
 import sys
 from pathlib import Path
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any, Callable
 
 from attnbench.experiments.registry import BASELINE
@@ -217,7 +223,7 @@ def _delta(row: dict[str, str]) -> str:
 def _multiple(row: dict[str, str], base: dict[str, str] | None, column: str) -> float:
     """``row[column]`` as a multiple of the baseline's: the report's paired ratio ``<column>_ratio`` (median over
     seeds of run / same-seed baseline run, :func:`attnbench.analysis.stats.summarise`), else, in a report.csv
-    from before it, the ratio of the two medians; NaN where there is neither."""
+    without it, the ratio of the two medians; NaN where there is neither."""
     if f"{column}_ratio" in row:
         return _num(row[f"{column}_ratio"])
     return math.nan if base is None else _num(row.get(column)) / _num(base.get(column))
@@ -504,6 +510,199 @@ RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_att
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 
 
+# --------------------------------------------------------------------------- tables of the composed config
+#: the run keys of ``config:defaults`` besides every ``optim.*``/``compile.*`` field and every score function option
+RUN_KEYS = ("seed", "trainer.max_epochs", "trainer.log_every_n_steps", "callbacks.attention_diagnostics.every_n_steps",
+            "callbacks.attention_diagnostics.probe_size", "callbacks.last_checkpoint.every_n_train_steps")
+#: ``data.*`` keys left out of ``config:data-defaults``: they name the dataset (its Presets table and YAML), they
+#: are no default that carries over to another
+DATA_IDENTITY_KEYS = ("name", "hub_id", "hub_config", "builder", "data_files", "text_column", "text_pair_column",
+                      "label_column", "train_split", "test_split")
+#: a score function's YAML keys that are no option of its constructor
+SCORE_KEYS = ("_target_", "name")
+_ABSENT = object()
+
+
+def conf_dir(root: Path) -> Path:
+    """The config folder the tables of ``root`` document: ``<root>/conf`` when it holds ``train.yaml`` (a
+    checkout), else the installed package's (:func:`attnbench.config.config_dir`)."""
+    from attnbench.config import config_dir
+
+    return root / "conf" if (root / "conf" / "train.yaml").is_file() else config_dir()
+
+
+@lru_cache(maxsize=None)
+def composed(conf: Path, *overrides: str) -> dict[str, Any]:
+    """``conf/train.yaml`` composed as ``python train.py <overrides>`` composes it, with its structured schema,
+    as a plain dict with interpolations left as written (``${oc.env:ATTNBENCH_DATA_DIR,null}``), plus the
+    chosen option of each config group under ``"choices"`` (``{"attention": "scaled_dot", ...}``, in
+    ``train.yaml``'s order; ``None`` for an optional group left out)."""
+    import attnbench.config  # noqa: F401 - registers the schema that train.yaml names (train_schema)
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(conf.resolve()), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+    choices = {group: option for group, option in reversed(cfg.hydra.runtime.choices.items()) if "/" not in group}
+    plain = OmegaConf.to_container(cfg, resolve=False)
+    del plain["hydra"]
+    return {**plain, "choices": choices}
+
+
+def _at(node: Any, key: str) -> Any:
+    """``node``'s value at the dotted ``key``; :data:`_ABSENT` where a part is missing."""
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _yaml(value: Any) -> str:
+    """A config value as YAML writes it: ``null``, ``true``, ``1e-8``, ``[0.9, 0.98]``; an interpolation as
+    written."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'' if m[1] == '+' else '-'}{m[2]}", repr(value))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    return str(value)
+
+
+def defaults_table(keys: Iterable[str], sources: list[tuple[str, dict[str, Any], tuple[str, ...]]],
+                   every: tuple[str, list[str]] | None = None) -> str:
+    """A ``| key | default | holds for |`` table: one row per key and value, naming every source whose config
+    has that value.
+
+    Args:
+        keys: dotted keys, in the table's order.
+        sources: ``(label, config, sections)``: a config (a nested dict) and the top-level sections it speaks
+            for (``("optim",)`` for ``OptimConfig``; ``()``: every key).
+        every: ``(phrase, labels)``: a row that holds for all of ``labels`` names them as ``phrase`` instead.
+    """
+    lines = ["| key | default | holds for |", "|---|---|---|"]
+    for key in keys:
+        holders: dict[str, list[str]] = {}
+        for label, config, sections in sources:
+            value = _at(config, key)
+            if value is not _ABSENT and (not sections or key.split(".")[0] in sections):
+                holders.setdefault(_yaml(value), []).append(f"`{label}`")
+        for value, labels in holders.items():
+            if every and {f"`{label}`" for label in every[1]} <= set(labels):
+                labels = [every[0], *(label for label in labels if label.strip("`") not in every[1])]
+            lines.append(f"| `{key}` | `{value}` | {', '.join(labels)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _options(conf: Path, group: str) -> list[str]:
+    return sorted(path.stem for path in (conf / group).glob("*.yaml"))
+
+
+def _keyword_defaults(target: str) -> dict[str, Any]:
+    """The keyword defaults of the class or function ``target`` names (``attnbench.attention.l2.L2Score``)."""
+    import importlib
+    import inspect
+
+    module, _, name = target.rpartition(".")
+    parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def render_config_groups(root: Path) -> str:
+    """Each config group of ``train.yaml``: its options (the YAMLs in ``conf/<group>/``) and the option
+    ``python train.py`` composes (none for an optional group)."""
+    conf = conf_dir(root)
+    lines = ["| group (`conf/<group>/`) | options | default |", "|---|---|---|"]
+    for group, option in composed(conf)["choices"].items():
+        options = ", ".join(f"`{name}`" for name in _options(conf, group))
+        lines.append(f"| `{group}` | {options} | {f'`{option}`' if option else 'none'} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_run_defaults(root: Path) -> str:
+    """The defaults of the run's keys (:data:`RUN_KEYS`, every field of ``OptimConfig`` and ``CompileConfig``)
+    and of every score function's options: ``train`` is what ``python train.py`` composes, ``OptimConfig`` /
+    ``CompileConfig`` the schema classes' own defaults, ``attention=<name>`` that score function's YAML, and
+    ``attnbench.<module>.<Class>`` its constructor's keyword default."""
+    from attnbench.config import CompileConfig, OptimConfig
+
+    conf = conf_dir(root)
+    schemas = {"optim": OptimConfig, "compile": CompileConfig}
+    keys = [*RUN_KEYS[:3], *(f"{section}.{f.name}" for section, schema in schemas.items()
+                             for f in dataclasses.fields(schema)), *RUN_KEYS[3:]]
+    sources = [("train", composed(conf), ()),
+               *((schema.__name__, {section: dataclasses.asdict(schema())}, (section,))
+                 for section, schema in schemas.items())]
+    options: list[str] = []
+    for name in _options(conf, "attention"):
+        attention = composed(conf, f"attention={name}")["attention"]
+        own = [key for key in attention if key not in SCORE_KEYS]
+        options += [key for key in own if key not in options]
+        sources.append((f"attention={name}", {"attention": attention}, ("attention",)))
+        if own:
+            defaults = _keyword_defaults(attention["_target_"])
+            sources.append((attention["_target_"], {"attention": {k: v for k, v in defaults.items() if k in own}},
+                            ("attention",)))
+    return defaults_table([*keys, *(f"attention.{key}" for key in options)], sources)
+
+
+def render_data_defaults(root: Path) -> str:
+    """The defaults of every ``data.*`` key but those that name the dataset (:data:`DATA_IDENTITY_KEYS`):
+    ``train`` is what ``python train.py`` composes (its ``data`` preset), ``data=<preset>`` each other preset
+    (``every preset``: all of them), ``DataConfig`` the defaults of :class:`attnbench.data.config.DataConfig` (the Python API, and any data config
+    that does not set the key)."""
+    from attnbench.data.config import DataConfig
+
+    conf = conf_dir(root)
+    train = composed(conf)
+    python_api = {"data": dataclasses.asdict(DataConfig(name="DataConfig"))}
+    presets = [(f"data={name}", composed(conf, f"data={name}"), ()) for name in _options(conf, "data")
+               if name != train["choices"]["data"]]
+    keys = [f"data.{f.name}" for f in dataclasses.fields(DataConfig) if f.name not in DATA_IDENTITY_KEYS]
+    keys = [sub for key in keys for sub in ([f"{key}.{k}" for k in python_api["data"]["tokenizer"]]
+                                            if key == "data.tokenizer" else [key])]
+    every = ("every preset", ["train", *(label for label, _, _ in presets)])
+    return defaults_table(keys, [("train", train, ()), *presets, ("DataConfig", python_api, ())], every)
+
+
+def render_model_presets(root: Path) -> str:
+    """Each ``conf/model/`` preset, smallest first: its sizes, dropouts and pooling, its parameters besides the embeddings
+    (built with ``scaled_dot`` and 2 classes: counted from the built model, not by hand) and its parameters in
+    all with the embeddings of ``python train.py``'s data (``data.tokenizer.vocab_size`` tokens and
+    ``data.max_length`` positions)."""
+    from attnbench.models.model import TransformerClassifier
+
+    conf = conf_dir(root)
+    data = composed(conf)["data"]
+    vocab, length = data["tokenizer"]["vocab_size"], data["max_length"]
+    rows = []
+    for name in _options(conf, "model"):
+        m = composed(conf, f"model={name}")["model"]
+        model = TransformerClassifier(vocab_size=vocab, num_classes=2, max_length=length, score="scaled_dot", **m)
+        total = sum(p.numel() for p in model.parameters())
+        embeddings = sum(p.numel() for n, p in model.named_parameters() if n.split(".")[0].endswith("embedding"))
+        head_dim = m["head_dim"] if m["head_dim"] is not None else m["d_model"] // m["n_heads"]
+        rows.append((total, f"| `{name}` | {m['d_model']} | {m['n_heads']} × {head_dim} | {m['n_layers']} | "
+                            f"{m['d_ff']} | {m['dropout']} | {m['attn_dropout']} | {m['pooling']} | "
+                            f"{total - embeddings:,} | {total:,} |"))
+    lines = ["| `model=` | d_model | n_heads × head_dim | n_layers | d_ff | dropout | attn_dropout | pooling | "
+             f"parameters besides the embeddings (`scaled_dot`, 2 classes) | in all, with `python train.py`'s "
+             f"embeddings ({vocab:,} tokens, {length} positions) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    return "\n".join(lines + [row for _, row in sorted(rows)]) + "\n"
+
+
+#: generated tables of the composed config (no result file): source name -> renderer of the checkout ``root``
+CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
+    "config:groups": render_config_groups,
+    "config:defaults": render_run_defaults,
+    "config:data-defaults": render_data_defaults,
+    "config:model-presets": render_model_presets,
+}
+
+
 def stale_blocks(text: str, root: Path = REPO_ROOT) -> list[str]:
     """The sources of ``text``'s generated blocks whose body differs from what the source renders to."""
     return [m["source"] for m in MARKER.finditer(text)
@@ -550,7 +749,8 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
 
 
 def render(source: str, root: Path = REPO_ROOT) -> str:
-    """The table for ``source`` (a path relative to ``root``). A stage's report.csv without its setting column
+    """The table for ``source``: a name of :data:`CONFIG_RENDERERS` (the config of ``root``), else a path
+    relative to ``root``. A stage's report.csv without its setting column
     (one dataset, one d_k, one length: report.py names only varying settings) takes it from the
     ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`). A source in :data:`COMPARED_WITH` is rendered
     against its other file (both read under ``root``).
@@ -560,8 +760,11 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
         ValueError: a report.csv the renderer cannot tabulate (a missing column, two rows of one variant);
             the message names the file and what to change.
     """
+    if source in CONFIG_RENDERERS:
+        return CONFIG_RENDERERS[source](root)
     if source not in RENDERERS:
-        raise KeyError(f"no renderer for generated table source {source!r}; known: {sorted(RENDERERS)}")
+        raise KeyError(f"no renderer for generated table source {source!r}; known: "
+                       f"{sorted(RENDERERS) + sorted(CONFIG_RENDERERS)}")
     text = (root / source).read_text(encoding="utf-8")
     if source in COMPARED_WITH:
         other = (root / COMPARED_WITH[source]).read_text(encoding="utf-8")
@@ -596,12 +799,14 @@ QUOTED = re.compile(r"(?<![\d.])[+−-]?\d+\.\d{4}(?!\d)")
 
 
 def unsourced_prose_numbers(text: str) -> list[str]:
-    """Four-decimal numbers in the prose of a page with generated tables (not in a table row, a code block or a
-    generated block) that no generated block of the page contains: a report's number retyped by hand that
-    drifted from (or never came from) its source. Signs are compared as written (−0.0126 and -0.0126 match)."""
-    if not MARKER.search(text):
+    """Four-decimal numbers in the prose of a page with generated tables of results (not in a table row, a code
+    block or a generated block) that no generated block of the page contains: a report's number retyped by hand that
+    drifted from (or never came from) its source. Signs are compared as written (−0.0126 and -0.0126 match).
+    A page whose generated blocks all come from the config (:data:`CONFIG_RENDERERS`) quotes no report."""
+    results = [m for m in MARKER.finditer(text) if m["source"] not in CONFIG_RENDERERS]
+    if not results:
         return []
-    generated = " ".join(m["body"] for m in MARKER.finditer(text)).replace("−", "-")
+    generated = " ".join(m["body"] for m in results).replace("−", "-")
     quoted = set(QUOTED.findall(generated))
     prose = re.sub(r"```.*?```", "", MARKER.sub("", text), flags=re.S)
     lines = [line for line in prose.splitlines() if not line.lstrip().startswith("|")]
@@ -620,6 +825,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the repository checkout whose README.md and docs/ hold the tables (default: the "
                              "current directory)")
     args = parser.parse_args(argv)
+    composed.cache_clear()  # the config as it is now, not as an earlier call in this process read it
     if not (args.root / "docs").is_dir():
         parser.error(f"{args.root.resolve()} has no docs/: run it from the repository's root, or pass --root <checkout>")
     differ = False
@@ -628,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
         differ = True  # a committed result no page shows
         print(f"{source}: a result file with a renderer that no page shows: put its markers where it belongs "
               "(<!-- generated: SOURCE --> and <!-- end generated -->)")
-    missing = sorted(s for s in shown if not (args.root / s).is_file())
+    missing = sorted(s for s in shown if s not in CONFIG_RENDERERS and not (args.root / s).is_file())
     for source in missing:
         print(f"{source}: a generated block's source that does not exist (restore it, or remove the block)")
     if missing:

@@ -90,14 +90,14 @@ class AdditiveScore(ScoreFunction):
     - CUDA with Triton installed: the pair scores run under ``torch.compile``
       (Inductor fuses the add, tanh and reduction with v into one generated
       kernel, so the hidden tensor is never stored) in one block; without
-      Triton, the blocked path. Unmeasured until a GPU is lent: neither its
-      speed nor what the compiled backward keeps in memory has been checked.
+      Triton, the blocked path. Not measured: neither its speed nor what the
+      compiled backward keeps in memory has been checked on a GPU.
 
     Precision: on CPU, float16/bfloat16 inputs (or autocast) run the fast path
     (the fused kernel when it applies) in float32 and return ``value``'s dtype: a 16-bit pre-activation
     W_q q + W_k k of magnitude ~12 is rounded by up to 2^-5 (bfloat16), and
-    tanh' = 1 − tanh² at the rounded point put dq off by 11% (input scale 20,
-    head_dim 256). On CUDA the 16-bit path is kept (it halves the memory of the
+    tanh' = 1 − tanh² at the rounded point puts dq off by up to 11% (input scale
+    20, head_dim 256). On CUDA the 16-bit path is kept (it halves the memory of the
     B×H×block×Lk×d_a hidden tensor, the cost this score function measures);
     its logits are bounded, |vᵀtanh(·)| ≤ ‖v‖₁, so the forward keeps the
     softmax's resolution.

@@ -38,11 +38,6 @@ typedef int additive_vi16 __attribute__((vector_size(64)));
 #define ADDITIVE_IVEC additive_vi16
 #define ADDITIVE_W 16
 #include "additive_kernel_rows.h"
-#undef ADDITIVE_NS
-#undef ADDITIVE_SCALAR
-#undef ADDITIVE_VEC
-#undef ADDITIVE_IVEC
-#undef ADDITIVE_W
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -55,11 +50,6 @@ typedef int additive_vi8 __attribute__((vector_size(32)));
 #define ADDITIVE_IVEC additive_vi8
 #define ADDITIVE_W 8
 #include "additive_kernel_rows.h"
-#undef ADDITIVE_NS
-#undef ADDITIVE_SCALAR
-#undef ADDITIVE_VEC
-#undef ADDITIVE_IVEC
-#undef ADDITIVE_W
 #pragma GCC pop_options
 #endif
 
@@ -68,20 +58,12 @@ typedef int additive_vi8 __attribute__((vector_size(32)));
 #define ADDITIVE_VEC float
 #define ADDITIVE_W 1
 #include "additive_kernel_rows.h"
-#undef ADDITIVE_NS
-#undef ADDITIVE_SCALAR
-#undef ADDITIVE_VEC
-#undef ADDITIVE_W
 
 #define ADDITIVE_NS generic_double
 #define ADDITIVE_SCALAR double
 #define ADDITIVE_VEC double
 #define ADDITIVE_W 1
 #include "additive_kernel_rows.h"
-#undef ADDITIVE_NS
-#undef ADDITIVE_SCALAR
-#undef ADDITIVE_VEC
-#undef ADDITIVE_W
 
 namespace {
 

@@ -5,8 +5,9 @@
 //   ADDITIVE_VEC     the vector type: a GCC vector of W scalars, or the scalar itself (W = 1)
 //   ADDITIVE_IVEC    (W > 1) the vector of W int32 of the same size
 //   ADDITIVE_W       lanes per vector
-// inside a `#pragma GCC target` region for the vector copies. No header is included here: everything is plain
-// arithmetic on raw pointers, so each copy is compiled for its own instruction set only.
+// inside a `#pragma GCC target` region for the vector copies; the end of this file undefines them. No header is
+// included here: everything is plain arithmetic on raw pointers, so each copy is compiled for its own instruction
+// set only.
 //
 // tanh of a query row's d_a × Lk pre-activations goes, when the caller passes one, through an array routine
 // (MKL's vsTanh, what torch.tanh calls: about 1.5× the rate of the inline formula here); otherwise through
@@ -206,3 +207,9 @@ void backward_rows(const scalar* a, long Lq, long d_a, const scalar* bT, const s
 }
 
 }  // namespace ADDITIVE_NS
+
+#undef ADDITIVE_NS
+#undef ADDITIVE_SCALAR
+#undef ADDITIVE_VEC
+#undef ADDITIVE_IVEC
+#undef ADDITIVE_W

@@ -214,7 +214,7 @@ class Throughput(pl.Callback):
 
     @staticmethod
     def _checkpoint_hosts(restored: dict[str, Any]) -> set[str]:
-        """The hosts of a checkpoint's measured steps: its ``hosts``; for a checkpoint from before they were kept,
+        """The hosts of a checkpoint's measured steps: its ``hosts``; for a checkpoint without ``hosts``,
         :data:`UNKNOWN_HOST` if it had measured steps."""
         if "hosts" in restored:
             return set(restored["hosts"])

@@ -15,11 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-CACHE_VERSION = 6  # 2: empty texts dropped, binary texts decoded; 3: canonical token ids;
-# 4: validation carved disjoint from training text, overlap counts in meta.json, deterministic WordPiece
-# 5: the carving's final substring pass and the overlap counts search every text on every dataset (IMDB: a
-#    validation review quoted in a training review moves to train; counts no longer sampled)
-# 6: texts that tokenize to no token dropped as empty; sentence pairs truncated longest-first
+#: part of every cache key: raise it when the code builds different rows, splits or token ids from the same spec,
+#: so that no cache built by other code is read
+CACHE_VERSION = 6
 
 
 def cache_key(name: str, spec: dict[str, Any]) -> str:

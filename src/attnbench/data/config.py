@@ -148,7 +148,7 @@ class DataConfig:
             raise DataConfigError(f"data.num_workers must be an integer >= 0, got {self.num_workers!r}")
         for key in ("val_size", "test_size"):
             value = getattr(self, key)
-            # a value >= 1 is a row count: 1.5 is neither (it used to mean int(1.5) = 1 row, silently)
+            # a value >= 1 is a row count: 1.5 is neither, and is refused rather than truncated to 1 row
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or (
                     value >= 1 and not float(value).is_integer()):
                 raise DataConfigError(f"data.{key} must be a fraction in (0, 1) or a row count >= 1, got {value}")

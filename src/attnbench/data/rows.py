@@ -231,8 +231,8 @@ def align_class_names(raw: datasets.DatasetDict, name: str, train_split: str, la
     """Make every split's ``ClassLabel`` ids mean the training split's class names (in place).
 
     A split listing the same names in another order is re-numbered by name
-    (``datasets.Dataset.align_labels_with_mapping``); before, its ids were
-    taken as they were and every label of a reordered test split was flipped.
+    (``datasets.Dataset.align_labels_with_mapping``); taking its ids as they
+    are would flip every label of a reordered test split.
 
     Raises:
         DataConfigError: a split's class names are not the training split's.

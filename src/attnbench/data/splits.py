@@ -287,7 +287,7 @@ def overlap_counts(train_texts: Sequence[str], texts: Sequence[str]) -> dict[str
     Both in normal form (:func:`normal_form`), counted over every text (exact; :func:`contained`).
     ``verbatim``: equal to some training text. ``substring``: contained in some training text, identical ones
     included, so ``substring >= verbatim``. ``substring_checked``: texts searched, always ``n`` (every text
-    is searched; formerly a sample past a budget).
+    is searched).
 
     Returns:
         ``{"n", "verbatim", "substring", "substring_checked"}`` (counts of texts).

@@ -775,6 +775,12 @@ def test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others(tmp_path
     assert again.returncode == 0, again.stderr[-3000:]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("sweep_")]  # the same sweep dir, not a new one
     log0, log1 = ((job / "train.log").read_text() for job in jobs)
+    for job in jobs:  # the jobs trained: their held .hydra/ copy and the sweep's job records are written
+        assert "ckpt_path: last" in (job / ".hydra" / "config.yaml").read_text(), job.name
+        assert "output_subdir=null" not in (job / ".hydra" / "hydra.yaml").read_text(), job.name
+    records = [json.loads(p.read_text()) for p in sorted((sweep_dir / ".attnbench-jobs").glob("*.json"))]
+    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "completed", True), (1, "completed", True)]
+    assert "ckpt_path=last" in (sweep_dir / "multirun.yaml").read_text()
     assert "Resuming from" in log0 and "last" in log0.split("Resuming from", 1)[1].splitlines()[0]
     assert "no checkpoint in" in log1 and "training from scratch" in log1
     for job in jobs:

@@ -787,3 +787,26 @@ def test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others(tmp_path
         after = json.loads((job / "metrics.json").read_text())
         assert after["test/acc"] == before[job.name]["test/acc"], job.name
         assert after["val/acc_best"] == before[job.name]["val/acc_best"], job.name
+
+
+def test_the_wandb_commands_of_the_docs_run_as_written_on_a_run_dir(tmp_path):
+    """Every inline `wandb leet inspect ... <run dir>` command of README.md and docs/*.md, typed with a run's
+    output dir, prints that run's summary: the offline run sits in <run dir>/wandb/ as the W&B logger of a job
+    puts it (`wandb leet inspect <run dir>` fails: it looks for <run dir>/latest-run)."""
+    import wandb
+
+    run_dir = tmp_path / "2026-01-01_10-00-00_scaled_dot-sst2-s0"
+    run_dir.mkdir()
+    run = wandb.init(mode="offline", dir=str(run_dir), project="attnbench", config={"seed": 0},
+                     settings=wandb.Settings(silent=True))
+    run.summary["test/acc"] = 0.75
+    run.finish()
+    commands = [(page.name, m.group(1)) for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+                for m in re.finditer(r"`(wandb leet inspect [^`]*<run dir>[^`]*)`", page.read_text())]
+    assert commands, "no `wandb leet inspect ... <run dir>` command in the docs"
+    wandb_bin = Path(sys.executable).with_name("wandb")
+    for page, command in commands:
+        args = shlex.split(command.replace("<run dir>", shlex.quote(str(run_dir))))[1:]
+        proc = subprocess.run([str(wandb_bin), *args], capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, (page, command, proc.stderr[-2000:])
+        assert json.loads(proc.stdout)["summary"]["test/acc"] == 0.75, (page, command)

@@ -542,6 +542,9 @@ def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy
         proc = _cli(["-m", *base, *extra, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=300)
         assert proc.returncode == 1, (extra, proc.stderr[-3000:])
         assert message in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
+        jobs = len(extra[0].split(","))
+        assert f"Sweep {sweep}: {jobs} jobs, {jobs} failed (refused or failed before training: nothing was written " \
+               "into their dirs)" in proc.stderr, proc.stderr[-3000:]
         assert _tree(sweep) == before, extra
 
 

@@ -234,6 +234,7 @@ class SweepReport(HydraCallback):
             "overrides": list(job_return.overrides or []),
             "status": "completed" if job_return.status == JobStatus.COMPLETED else "failed",
             "trained": trained,
+            "held": bool(held_records),  # a job of a sweep resumed in its dir: it wrote nothing before training
         }
         if job_return.status == JobStatus.COMPLETED:
             value = job_return.return_value
@@ -296,8 +297,12 @@ def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None =
     if not records:
         return None, 0
     failed = [r for r in records if r.get("status") == "failed"]
-    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed"
-             + (" (each failed job wrote error.json and failure.json in its dir)" if failed else "")]
+    held = [r for r in failed if r.get("trained") is False and r.get("held")]
+    note = ("" if not failed else " (each failed job wrote error.json and failure.json in its dir)" if not held
+            else " (refused or failed before training: nothing was written into their dirs)" if len(held) == len(failed)
+            else " (a job that failed in training wrote error.json and failure.json in its dir; one refused or failed "
+                 "before training wrote nothing)")
+    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed{note}"]
     labels = {"test/acc": "test/acc", "train/tokens_per_sec": "train tokens/s", "test/tokens_per_sec": "test tokens/s"}
     for r in records:
         name = Path(str(r.get("output_dir"))).name

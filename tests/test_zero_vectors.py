@@ -93,16 +93,19 @@ def _tiny_inputs(dtype, size):
     g = torch.Generator().manual_seed(3)
     q[0, 1, 2] = size * (2 * torch.rand(8, generator=g) - 1)  # a tiny, non-zero query
     k[1, 1, 4] = size * (2 * torch.rand(8, generator=g) - 1)  # a tiny, non-zero key
+    k[1, 0, 3] = q[1, 0, 3] + size  # a key a tiny distance from a query
     return [t.to(dtype).requires_grad_() for t in (q, k, v)]
 
 
 @pytest.mark.parametrize("size", [1e-5, 1e-4, 1e-3])
 @pytest.mark.parametrize("precision, mode, path", [c for c in CASES if c[0] in ("float16", "bfloat16")])
-def test_cosine_tiny_queries_and_keys_give_finite_gradients_in_16_bits(size, precision, mode, path):
-    """The gradient of τ·x/‖x‖ is about τ/‖x‖: a float16 query or key with entries of 1e-5 has a true gradient
-    beyond float16's 65504. Below the norm floor of float16 (2^-8) a vector counts as zero."""
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_queries_and_keys_give_finite_gradients_in_16_bits(name, size, precision, mode, path):
+    """cosine: the gradient of τ·x/‖x‖ is about τ/‖x‖, so a float16 query or key with entries of 1e-5 has a true
+    gradient beyond float16's 65504; below the norm floor of float16 (2^-8) a vector counts as zero. The other
+    score functions with the same tiny vectors and a key a tiny distance from a query (l2's ‖q − k‖)."""
     dtype = DTYPES[precision]
-    fn = build_score_function("cosine", n_heads=2, head_dim=8, init_temperature=8.0)
+    fn = build_score_function(name, n_heads=2, head_dim=8, **({"init_temperature": 8.0} if name == "cosine" else {}))
     if mode == "true":
         fn = fn.to(dtype)
     q, k, v = _tiny_inputs(dtype if mode == "true" else torch.float32, size)
@@ -111,8 +114,9 @@ def test_cosine_tiny_queries_and_keys_give_finite_gradients_in_16_bits(size, pre
     with torch.autocast("cpu", dtype=dtype) if mode == "mixed" else contextlib.nullcontext():
         out = run(q, k, v)
     out.float().square().sum().backward()
-    for label, t in [("output", out), ("dq", q.grad), ("dk", k.grad), ("dtau", fn.log_temperature.grad)]:
-        assert bool(torch.isfinite(t).all()), f"{label}: {int((~torch.isfinite(t)).sum())} not finite"
+    for label, t in [("output", out), ("dq", q.grad), ("dk", k.grad), *fn.named_parameters()]:
+        t = t if label in ("output", "dq", "dk") else t.grad
+        assert t is not None and bool(torch.isfinite(t).all()), f"{label}: {int((~torch.isfinite(t)).sum())} not finite"
 
 
 def test_cosine_norm_floor_changes_only_vectors_float16_cannot_normalise():

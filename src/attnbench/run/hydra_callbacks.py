@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnbench.errors import AttnbenchError, ConfigError
 
@@ -142,8 +142,11 @@ def hold_sweep_writes(config: DictConfig, sweep_dir: Path) -> None:
     _SWEEP["held"] = {"multirun": kept, "records": records}
     subdir = "" if config.hydra.output_subdir is None else str(config.hydra.output_subdir)
     values = ("", "", _quoted(subdir), _quoted(str(records)))
+    file_handler = OmegaConf.select(config, "hydra.job_logging.handlers.file.class", default=None)
+    holds_log = str(file_handler).endswith("RunLogFileHandler")  # another job_logging: its own handler, not held
     with read_write(config.hydra):
-        config.hydra.overrides.hydra.extend([key + value for key, value in zip(_HOLD_OVERRIDES, values, strict=True)])
+        config.hydra.overrides.hydra.extend([key + value for key, value in zip(_HOLD_OVERRIDES, values, strict=True)
+                                             if holds_log or "job_logging" not in key])
 
 
 def settle_sweep() -> list[dict[str, Any]] | None:

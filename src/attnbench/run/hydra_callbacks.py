@@ -178,8 +178,10 @@ def settle_sweep() -> list[dict[str, Any]] | None:
                 multirun.unlink(missing_ok=True)
             else:
                 data, stat = held["multirun"]
-                write_text(multirun, data.decode())
-                os.utime(multirun, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                tmp = multirun.with_name(f".{multirun.name}.tmp")  # byte for byte, atomically
+                tmp.write_bytes(data)
+                os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                os.replace(tmp, multirun)
     except OSError as err:
         log.warning("Could not settle the sweep dir %s: %s", sweep_dir, err)
     shutil.rmtree(held["records"], ignore_errors=True)

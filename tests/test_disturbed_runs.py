@@ -578,3 +578,37 @@ def test_runs_without_a_test_accuracy_have_no_accuracy_but_their_costs():
     dot = summarise(jobs, ["attention", "seed"]).set_index("attention").loc["dot"]
     assert dot["n"] == 0 and math.isnan(dot["acc_mean"]) and math.isnan(dot["diff_mean"])
     assert dot["train_tok_s"] == 1000.0 and dot["train_tok_s_ratio"] == pytest.approx(0.5)
+
+
+def test_a_sweep_whose_every_run_is_disturbed_draws_its_figure_with_the_rates_marked(tmp_path, monkeypatch):
+    """Every run under MIN_CPU_SHARE: the rate columns are empty, yet pareto.png is drawn from the disturbed
+    runs' rates (median over seeds), each point marked as disturbed, and report.md says why it is so drawn."""
+    jobs = pd.DataFrame([{**_job(att, seed, rate + seed, 5000.0, 0.4, 0.99), "job": str(i)}
+                         for i, (att, seed, rate) in enumerate(
+                             [(a, s, r) for a, r in (("scaled_dot", 1000.0), ("additive", 300.0)) for s in (0, 1)])])
+    drawn: dict[str, list] = {}
+    figures = report.figures
+
+    def spy(table, *args, **kwargs):
+        out = figures(table, *args, **kwargs)
+        fig = out.get("pareto.png")
+        if fig is not None:
+            drawn["labels"] = fig.legends[0].get_texts() if fig.legends else []
+            drawn["x"] = sorted({float(x) for ax in fig.axes for line in ax.get_lines() for x in line.get_xdata()})
+        return out
+
+    monkeypatch.setattr(report, "figures", spy)
+    text = report.build_report(jobs, ["attention", "seed"], "test", tmp_path)
+    assert (tmp_path / "pareto.png").stat().st_size > 10_000 and "![pareto.png](pareto.png)" in text
+    assert drawn["x"] == [300.5, 1000.5]  # the medians over seeds of the disturbed runs' rates
+    assert all("disturbed" in t.get_text() for t in drawn["labels"]), [t.get_text() for t in drawn["labels"]]
+    assert "pareto.png: every run of scaled_dot, additive was disturbed" in " ".join(text.split())
+    table = pd.read_csv(tmp_path / "report.csv")
+    assert table["train_tok_s"].isna().all()  # the tables still leave disturbed rates out
+
+
+def test_a_figure_the_report_cannot_draw_is_named_with_the_reason(tmp_path):
+    jobs = pd.DataFrame([{**_job("dot", 0, 0.0, 0.0), "job": "0"}, {**_job("scaled_dot", 0, -1.0, 0.0), "job": "1"}])
+    text = report.build_report(jobs, ["attention", "seed"], "test", tmp_path)
+    assert not (tmp_path / "pareto.png").exists()
+    assert "pareto.png is not drawn: no finished run has a training rate" in " ".join(text.split())

@@ -677,9 +677,38 @@ def test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others(tmp_path
     assert again.returncode == 0, again.stderr[-3000:]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("sweep_")]  # the same sweep dir, not a new one
     log0, log1 = ((job / "train.log").read_text() for job in jobs)
+    for job in jobs:  # the jobs trained: their held .hydra/ copy and the sweep's job records are written
+        assert "ckpt_path: last" in (job / ".hydra" / "config.yaml").read_text(), job.name
+        assert "output_subdir=null" not in (job / ".hydra" / "hydra.yaml").read_text(), job.name
+    records = [json.loads(p.read_text()) for p in sorted((sweep_dir / ".attnbench-jobs").glob("*.json"))]
+    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "completed", True), (1, "completed", True)]
+    assert "ckpt_path=last" in (sweep_dir / "multirun.yaml").read_text()
     assert "Resuming from" in log0 and "last" in log0.split("Resuming from", 1)[1].splitlines()[0]
     assert "no checkpoint in" in log1 and "training from scratch" in log1
     for job in jobs:
         after = json.loads((job / "metrics.json").read_text())
         assert after["test/acc"] == before[job.name]["test/acc"], job.name
         assert after["val/acc_best"] == before[job.name]["val/acc_best"], job.name
+
+
+def test_the_wandb_commands_of_the_docs_run_as_written_on_a_run_dir(tmp_path):
+    """Every inline `wandb leet inspect ... <run dir>` command of README.md and docs/*.md, typed with a run's
+    output dir, prints that run's summary: the offline run sits in <run dir>/wandb/ as the W&B logger of a job
+    puts it (`wandb leet inspect <run dir>` fails: it looks for <run dir>/latest-run)."""
+    import wandb
+
+    run_dir = tmp_path / "2026-01-01_10-00-00_scaled_dot-sst2-s0"
+    run_dir.mkdir()
+    run = wandb.init(mode="offline", dir=str(run_dir), project="attnbench", config={"seed": 0},
+                     settings=wandb.Settings(silent=True))
+    run.summary["test/acc"] = 0.75
+    run.finish()
+    commands = [(page.name, m.group(1)) for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+                for m in re.finditer(r"`(wandb leet inspect [^`]*<run dir>[^`]*)`", page.read_text())]
+    assert commands, "no `wandb leet inspect ... <run dir>` command in the docs"
+    wandb_bin = Path(sys.executable).with_name("wandb")
+    for page, command in commands:
+        args = shlex.split(command.replace("<run dir>", shlex.quote(str(run_dir))))[1:]
+        proc = subprocess.run([str(wandb_bin), *args], capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, (page, command, proc.stderr[-2000:])
+        assert json.loads(proc.stdout)["summary"]["test/acc"] == 0.75, (page, command)

@@ -154,3 +154,24 @@ def test_constructor_bug_of_an_out_of_package_score_function_shows_its_own_trace
     assert proc.stderr.strip().endswith("NameError: name 'undefined_in_my_constructor' is not defined")
     failure = json.loads((out / "failure.json").read_text())
     assert failure["error_type"] == "NameError", failure
+
+
+def test_help_with_a_search_path_lists_the_out_of_package_score_function(tmp_path):
+    """`python train.py hydra.searchpath=[file://<dir>] --help` lists my_score among the attention options (the
+    option that trains with the same search path), beside the shipped ones; other groups keep their options."""
+    _write_extension(tmp_path)
+    (tmp_path / "conf" / "data").mkdir()
+    (tmp_path / "conf" / "data" / "my_data.yaml").write_text("name: my_data\n")
+    proc = subprocess.run([sys.executable, "train.py", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "--help"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    groups = proc.stdout.split("== Config groups", 1)[1].split("== Config (", 1)[0]
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip().split(", ") for line in groups.splitlines()
+             if line.startswith(("attention:", "data:", "model:"))}
+    shipped = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
+    assert lines["attention"] == sorted([*shipped, "my_score"])
+    assert "my_data" in lines["data"] and "sst2" in lines["data"]
+    assert lines["model"] == sorted(p.stem for p in (REPO_ROOT / "conf" / "model").glob("*.yaml"))
+    plain = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=120, check=False)
+    assert f"attention: {', '.join(shipped)}\n" in plain.stdout

@@ -523,6 +523,34 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert _files(run_dir) == before, extra
 
 
+def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
+    """Every file's bytes and every directory of ``folder``."""
+    return _files(folder), sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_dir())
+
+
+def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy, tmp_path):
+    """A sweep resumed into a finished sweep dir (`-m ... ckpt_path=last hydra.sweep.dir=<sweep>`) whose jobs
+    are all refused before training (each job dir holds a finished run; a value out of range, with a seed that
+    has no job dir yet) ends with the failed jobs listed and exit code 1, and leaves every file and folder of the
+    sweep dir as it was: Hydra's multirun.yaml and each job's .hydra/ copy, train.log, the jobs' records."""
+    sweep = tmp_path / "sweep"
+    base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps",
+            "trainer.max_steps=2", "trainer.val_check_interval=2"]
+    proc = _cli(["-m", *base, "seed=0,1", f"hydra.sweep.dir={sweep}"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in sweep.glob("*/metrics.json")) == ["metrics.json"] * 2
+    for extra, message in ((["seed=0,1"], "already holds a previous run's outputs (metrics.json)"),
+                           (["seed=7", "optim.lr=-1"], "optim.lr must be a number > 0, got -1")):
+        before = _tree(sweep)
+        proc = _cli(["-m", *base, *extra, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=300)
+        assert proc.returncode == 1, (extra, proc.stderr[-3000:])
+        assert message in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
+        jobs = len(extra[0].split(","))
+        assert f"Sweep {sweep}: {jobs} jobs, {jobs} failed (refused or failed before training: nothing was written " \
+               "into their dirs)" in proc.stderr, proc.stderr[-3000:]
+        assert _tree(sweep) == before, extra
+
+
 def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):
     proc = _cli(["logger=none", "hydra.run.dir=/proc/attnbench-x"])
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

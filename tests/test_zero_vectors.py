@@ -85,3 +85,52 @@ def test_cosine_forward_of_a_zero_vector_is_unchanged():
     tau = fn.temperature().detach()[None, :, None, None]
     want = tau * unit(q.detach()) @ unit(k.detach()).transpose(-2, -1)
     torch.testing.assert_close(fn.scores(q, k), want, rtol=0, atol=1e-12)
+
+
+def _tiny_inputs(dtype, size):
+    """q, k, v (2×2×5×8): one query and one key whose entries are at most ``size`` in magnitude."""
+    q, k, v = (t.detach().float() for t in _degenerate_inputs(torch.float32))
+    g = torch.Generator().manual_seed(3)
+    q[0, 1, 2] = size * (2 * torch.rand(8, generator=g) - 1)  # a tiny, non-zero query
+    k[1, 1, 4] = size * (2 * torch.rand(8, generator=g) - 1)  # a tiny, non-zero key
+    k[1, 0, 3] = q[1, 0, 3] + size  # a key a tiny distance from a query
+    return [t.to(dtype).requires_grad_() for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("size", [1e-5, 1e-4, 1e-3])
+@pytest.mark.parametrize("precision, mode, path", [c for c in CASES if c[0] in ("float16", "bfloat16")])
+@pytest.mark.parametrize("name", NAMES)
+def test_tiny_queries_and_keys_give_finite_gradients_in_16_bits(name, size, precision, mode, path):
+    """cosine: the gradient of τ·x/‖x‖ is about τ/‖x‖, so a float16 query or key with entries of 1e-5 has a true
+    gradient beyond float16's 65504; below the norm floor of float16 (2^-8) a vector counts as zero. The other
+    score functions with the same tiny vectors and a key a tiny distance from a query (l2's ‖q − k‖)."""
+    dtype = DTYPES[precision]
+    fn = build_score_function(name, n_heads=2, head_dim=8, **({"init_temperature": 8.0} if name == "cosine" else {}))
+    if mode == "true":
+        fn = fn.to(dtype)
+    q, k, v = _tiny_inputs(dtype if mode == "true" else torch.float32, size)
+    run = {"attend": fn.attend, "definition": lambda *a: ScoreFunction.attend(fn, *a),
+           "reference": lambda *a: reference_attention(fn, *a)}[path]
+    with torch.autocast("cpu", dtype=dtype) if mode == "mixed" else contextlib.nullcontext():
+        out = run(q, k, v)
+    out.float().square().sum().backward()
+    for label, t in [("output", out), ("dq", q.grad), ("dk", k.grad), *fn.named_parameters()]:
+        t = t if label in ("output", "dq", "dk") else t.grad
+        assert t is not None and bool(torch.isfinite(t).all()), f"{label}: {int((~torch.isfinite(t)).sum())} not finite"
+
+
+def test_cosine_norm_floor_changes_only_vectors_float16_cannot_normalise():
+    """The floor is eps in float32/float64/bfloat16 (1/‖x‖ fits there) and 2^-8 = 1/√65504 for float16: a
+    float16 vector shorter than that scores 0 with every key, a longer one keeps its direction (float64 reference)."""
+    fn = build_score_function("cosine", n_heads=2, head_dim=8)
+    assert fn.norm_floor(torch.float32) == fn.norm_floor(torch.bfloat16) == fn.eps
+    assert fn.norm_floor(torch.float16) == pytest.approx(65504 ** -0.5)
+    half = fn.half()
+    q, k, _ = _degenerate_inputs(torch.float16)
+    q, k = q.detach(), k.detach()
+    q[0, 1, 2] = 1e-4  # ‖q‖ = 2.8e-4: below the floor
+    q[0, 1, 3] = 2e-3  # ‖q‖ = 5.7e-3: above it
+    scores = half.scores(q, k).double()
+    assert bool((scores[0, 1, 2] == 0).all())
+    want = half.double().reference_scores(q.double(), k.double())
+    torch.testing.assert_close(scores[0, 1, 3], want[0, 1, 3], rtol=2e-3, atol=2e-3)

@@ -372,6 +372,54 @@ def fold_suffix(cv_folds: Any, fold: Any) -> str:
     return f"-fold{fold}" if cv_folds else ""
 
 
+def _searchpath_folders(searchpath: Any) -> list[Path]:
+    """The folders of ``hydra.searchpath`` entries (``file://<dir>``, ``pkg://<package>``) that exist."""
+    from importlib.resources import files
+
+    folders = []
+    for entry in list(searchpath or []):
+        scheme, _, where = str(entry).partition("://")
+        try:
+            folder = Path(where) if scheme == "file" else Path(str(files(where.replace("/", ".")))) if where else None
+        except (ModuleNotFoundError, TypeError, ValueError):
+            folder = None
+        if folder is not None and folder.is_dir():
+            folders.append(folder)
+    return folders
+
+
+def config_groups_help(searchpath: Any = None) -> str:
+    """The ``group: option, option, ...`` lines of ``--help`` (Hydra's ``$APP_CONFIG_GROUPS``), with the options
+    that ``hydra.searchpath`` adds: Hydra lists only the primary config's search path there, while a job composes
+    with the whole one (so a score function added by ``hydra.searchpath`` trains but was missing from ``--help``).
+    Hydra's own ``hydra/`` groups are left out, as in Hydra's listing."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.object_type import ObjectType
+
+    options: dict[str, set[str]] = {}
+    if GlobalHydra.instance().is_initialized():
+        loader = GlobalHydra.instance().config_loader()
+
+        def walk(parent: str) -> None:
+            for group in loader.list_groups(parent):
+                name = f"{parent}/{group}" if parent else group
+                if name == "hydra" or name.startswith("hydra/"):
+                    continue
+                found = loader.get_group_options(name, ObjectType.CONFIG)
+                if found:
+                    options.setdefault(name, set()).update(found)
+                walk(name)
+
+        walk("")
+    for folder in ([] if options else [config_dir()]) + _searchpath_folders(searchpath):
+        for path in folder.rglob("*.yaml"):
+            group = path.parent.relative_to(folder).as_posix()
+            if group != "." and group != "hydra" and not group.startswith("hydra/"):
+                options.setdefault(group, set()).add(path.stem)
+    return "".join(f"{group}: {', '.join(sorted(names))}\n" for group, names in sorted(options.items()))
+
+
+OmegaConf.register_new_resolver("attnbench.config_groups", config_groups_help, replace=True)
 OmegaConf.register_new_resolver("attnbench.sqlite", sqlite_url, replace=True)
 OmegaConf.register_new_resolver("attnbench.fold", fold_suffix, replace=True)
 

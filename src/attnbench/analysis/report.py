@@ -854,13 +854,18 @@ def _title(setting: str, fixed: dict[str, str], width: int = 70) -> str:
 
 
 def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None,
-            baseline: str = "scaled_dot") -> dict[str, Any]:
+            baseline: str = "scaled_dot", notes: list[str] | None = None) -> dict[str, Any]:
     """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
 
     Every title names the settings held fixed (:func:`attnbench.analysis.stats.headline`); accuracy has a 95% CI
     bar only where >= 2 seeds give one (hollow markers: one seed, no interval). The accuracy-vs-throughput plot's
     x axis is the paired multiple of ``baseline``'s training tokens/s where the table has it (``train_tok_s_ratio``),
-    else the median tokens/s.
+    else the median tokens/s. A variant whose every run was disturbed has no rate; where the table carries
+    ``train_tok_s_disturbed`` (:func:`with_disturbed_rates`) and no variant has a paired multiple, such a variant is
+    drawn at that rate, its legend entry marked ``(disturbed rate)``.
+
+    ``notes`` (a list) receives one sentence for each figure the swept keys ask for that is not drawn, and for each
+    variant a drawn ``pareto.png`` leaves out or draws at a disturbed rate, with the reason.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
@@ -879,6 +884,29 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                         if paired else ("train_tok_s", "training tokens/s"))
     styles = _score_styles(table["attention"].astype(str)) if "attention" in table else {}
     log_x = paired and _spans(table["train_tok_s_ratio"].dropna())
+    notes = [] if notes is None else notes
+    disturbed_rate = pd.Series(False, index=table.index)
+    if not paired and "train_tok_s_disturbed" in table:  # variants whose every run was disturbed: marked
+        disturbed_rate = table["train_tok_s"].isna() & table["train_tok_s_disturbed"].notna()
+        table = table.assign(train_tok_s=table["train_tok_s"].where(~disturbed_rate, table["train_tok_s_disturbed"]),
+                             _disturbed_rate=disturbed_rate)
+        settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
+        settings.sort(key=lambda item: _numeric_first(item[0]))
+    if "attention" not in table:
+        notes.append("pareto.png is not drawn: the score function (attention) is not swept.")
+    elif not ("train_tok_s" in table and table["train_tok_s"].notna().any()):
+        notes.append("pareto.png is not drawn: no finished run has a training rate (train/tokens_per_sec > 0).")
+    else:
+        names = lambda rows: ", ".join(dict.fromkeys(rows["attention"].astype(str)))  # noqa: E731
+        if disturbed_rate.any():
+            notes.append(f"pareto.png: every run of {names(table[disturbed_rate])} was disturbed (train/cpu_share "
+                         f"< {MIN_CPU_SHARE}): drawn at the median of those runs' rates, which understate the "
+                         "machine's, and marked (disturbed rate) in its legend.")
+        left_out = table[table[rate].isna() | table["acc_mean"].isna()]
+        if len(left_out):
+            notes.append(f"pareto.png leaves out {names(left_out)}: "
+                         + ("no paired multiple of " + baseline + "'s rate" if paired else "no training rate")
+                         + " or no finished accuracy.")
     if "train_tok_s" in table and table["train_tok_s"].notna().any() and "attention" in table:
         fig = Figure(figsize=(5.0 * len(settings), 4.4), layout="constrained")
         axes = fig.subplots(1, len(settings), squeeze=False)
@@ -888,7 +916,9 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             for i in range(len(group)):  # a marker and colour per score function, no text that overlaps
                 row = group.iloc[i:i + 1]
                 name = str(row["attention"].iloc[0])
-                _accuracy_points(ax, row[rate], row, label=name, **styles[name])
+                label = f"{name} (disturbed rate)" if bool(row.get("_disturbed_rate", pd.Series([False])).iloc[0]) \
+                    else name
+                _accuracy_points(ax, row[rate], row, label=label, **styles[name])
             if paired:
                 _multiple_axis(ax, log_x)
             key = key if isinstance(key, tuple) else (key,)
@@ -909,6 +939,9 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         if key not in table or "attention" not in table:
             continue
         panels = [p for p in panels if p[0] in table and table[p[0]].notna().any()]
+        if not panels:
+            notes.append(f"{name} is not drawn: no finished run of the {key} sweep has any of its figures.")
+            continue
         fig = Figure(figsize=(5.5 * len(panels), 4.6), layout="tight")
         axes = fig.subplots(1, len(panels), squeeze=False)
         # one line per score function per setting of the other swept keys (a line never joins two datasets)
@@ -941,11 +974,36 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     return out
 
 
+def with_disturbed_rates(table: pd.DataFrame, jobs: pd.DataFrame, variant_keys: list[str]) -> pd.DataFrame:
+    """``table`` with ``train_tok_s_disturbed``: for a variant without a training rate (every run disturbed), the
+    median over replicates of all its finished runs' ``train/tokens_per_sec`` (> 0), each replicate the median of
+    its runs; NaN elsewhere. For the figures only: the report's tables leave disturbed rates out."""
+    metric = "train/tokens_per_sec"
+    done = jobs[jobs["status"] == STATUS_OK] if "status" in jobs else jobs
+    if metric not in done or "train_tok_s" not in table or done.empty:
+        return table
+    done = done.assign(_rate=pd.to_numeric(done[metric], errors="coerce")).dropna(subset=["_rate"])
+    done = done[done["_rate"] > 0]
+    replicates = [k for k in REPLICATE_KEYS if k in done]
+    keys = [k for k in variant_keys if k in done]
+    rates = []
+    for _, row in table.iterrows():
+        runs = done
+        for k in keys:
+            runs = runs[runs[k].astype(str) == str(row[k])]
+        if not pd.isna(row["train_tok_s"]) or runs.empty:
+            rates.append(math.nan)
+            continue
+        per_replicate = runs.groupby(replicates, dropna=False)["_rate"].median() if replicates else runs["_rate"]
+        rates.append(float(per_replicate.median()))
+    return table.assign(train_tok_s_disturbed=rates)
+
+
 def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None,
-             baseline: str = "scaled_dot") -> list[str]:
-    """Write :func:`figures` as PNGs into ``out``; returns their file names."""
+             baseline: str = "scaled_dot", notes: list[str] | None = None) -> list[str]:
+    """Write :func:`figures` as PNGs into ``out``; returns their file names (``notes``: see :func:`figures`)."""
     written = []
-    for name, fig in figures(table, variant_keys, fixed, baseline).items():
+    for name, fig in figures(table, variant_keys, fixed, baseline, notes).items():
         fig.savefig(out / name, dpi=120)
         written.append(name)
     return written
@@ -1043,7 +1101,12 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Settings", "", fixed_text(fixed), ""]
-    plots = plot_all(table, variant_keys, out, fixed, baseline) if not table.empty else []
+    notes: list[str] = []
+    plots = (plot_all(with_disturbed_rates(table, jobs, variant_keys), variant_keys, out, fixed, baseline, notes)
+             if not table.empty else [])
+    if table.empty:
+        notes.append("No figure is drawn: no job finished.")
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += [f"![{p}]({p})" for p in plots]
     if attention_maps and not table.empty:
         from attnbench.viz.attention_maps import report_figures

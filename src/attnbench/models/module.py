@@ -121,7 +121,24 @@ class TextClassifierModule(pl.LightningModule):
         # sync_dist: under DDP the logged loss is the mean over processes (one all-reduce of a scalar per step)
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs, sync_dist=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=bs)
-        return loss
+        return loss * self._last_window_scale(batch_idx)
+
+    def _last_window_scale(self, batch_idx: int) -> float:
+        """k / r for a batch of an epoch's last accumulation window when it holds r < k batches, else 1.
+
+        With ``trainer.accumulate_grad_batches=k`` Lightning divides every batch's loss by k and steps after k
+        batches or at the epoch's last batch, so a last window of r batches would step with r/k of its mean
+        gradient (pytorch-lightning#19987); scaled by k/r, every step takes its window's mean. The epoch's
+        batch count comes from the loader's length: a loader without one is left as Lightning has it.
+        """
+        trainer = self._trainer
+        if trainer is None or not self.automatic_optimization:
+            return 1.0
+        k, n = trainer.accumulate_grad_batches, trainer.num_training_batches
+        if k <= 1 or not math.isfinite(n):
+            return 1.0
+        left = int(n) - batch_idx // k * k  # batches from this window's first to the epoch's end
+        return k / left if 0 < left < k else 1.0
 
     def on_train_start(self) -> None:
         # Lightning logs per-step series (train/loss, the learning rate, throughput) every log_every_n_steps

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from attnbench.config import check_run_config, config_dir, type_error_message
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.run.failures import task_wrapper
-from attnbench.run.hydra_callbacks import _SWEEP, sweep_summary
+from attnbench.run.hydra_callbacks import _SWEEP, HELD_SUBDIR_ENV, settle_sweep, sweep_summary
 from attnbench.run.outputs import job_output_dir
 
 log = logging.getLogger("attnbench")
@@ -43,7 +43,7 @@ _ONE_COMMAND = ("run", "multirun", "cfg", "info", "shell_completion")
 
 def _exit_if_jobs_failed() -> None:
     """In a multirun whose jobs failed: print :func:`sweep_summary` and exit with code 1."""
-    text, failed = sweep_summary(_SWEEP["dir"])
+    text, failed = sweep_summary(_SWEEP["dir"], settle_sweep())
     if failed:
         print(text, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -83,7 +83,7 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
         raise SystemExit(2)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
-    _SWEEP["dir"] = None
+    _SWEEP.update(dir=None, held=None)
     try:
         hydra_main()
     except AttnbenchError as err:  # a multirun's sweeper re-raised a failed job's error after all jobs ran
@@ -151,6 +151,10 @@ def hydra_main(cfg: DictConfig) -> float | None:
     Every failure ends in :func:`attnbench.run.failures.task_wrapper`: one line, ``failure.json``.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if os.environ.get(HELD_SUBDIR_ENV) is not None:  # a job of a sweep resumed in its sweep dir: nothing is
+        from attnbench.run.outputs import hold_writes  # written into its dir until training starts
+
+        hold_writes(job_output_dir(cfg), os.environ[HELD_SUBDIR_ENV] or None)
     metric = cfg.get("optimized_metric")
     check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
     check_data_source(cfg)  # no data anywhere: the data error in about a second too

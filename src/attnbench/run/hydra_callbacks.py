@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from attnbench.errors import AttnbenchError, ConfigError
 
@@ -87,8 +87,11 @@ class FreshOutputDir(HydraCallback):
         self._set(config, "run", wanted, got)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("ckpt_path"):
-            return  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir> ckpt_path=last)
+        if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
+            sweep_dir = Path(str(config.hydra.sweep.dir))
+            if sweep_dir.is_dir() and any(sweep_dir.iterdir()):
+                hold_sweep_writes(config, sweep_dir)
+            return
         wanted = Path(str(config.hydra.sweep.dir))
         got = _or_exit(lambda: claim_dir(wanted, "multirun.yaml", marker_is_file=True), "hydra.sweep.dir")
         self._set(config, "sweep", wanted, got)
@@ -106,7 +109,83 @@ class FreshOutputDir(HydraCallback):
 
 
 SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
-_SWEEP: dict[str, Path | None] = {"dir": None}  # the multirun of this (main) process, set when it starts
+_SWEEP: dict[str, Any] = {"dir": None, "held": None}  # the multirun of this (main) process, set when it starts
+
+#: Set in each job of a sweep resumed in its sweep dir (through ``hydra.job.env_set``): the ``hydra.output_subdir``
+#: whose copy the job holds until training starts, and the folder outside the sweep dir that takes its record.
+HELD_SUBDIR_ENV, HELD_RECORDS_ENV = "ATTNBENCH_HELD_HYDRA_SUBDIR", "ATTNBENCH_HELD_JOB_RECORDS"
+_HOLD_OVERRIDES = ("hydra.output_subdir=null", "++hydra.job_logging.handlers.file.hold=true",
+                   f"++hydra.job.env_set.{HELD_SUBDIR_ENV}=", f"++hydra.job.env_set.{HELD_RECORDS_ENV}=")
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def hold_sweep_writes(config: DictConfig, sweep_dir: Path) -> None:
+    """A sweep resumed in a sweep dir that holds files writes nothing there until one of its jobs starts training.
+
+    - each job holds its ``.hydra/`` copy and ``train.log`` (:func:`attnbench.run.outputs.hold_writes`; the job
+      task starts the hold, Hydra's own copy is switched off by ``hydra.output_subdir=null`` and ``train.log``'s
+      handler holds from the start);
+    - each job's status record goes to a temporary folder outside the sweep dir;
+    - Hydra's sweeper rewrites ``multirun.yaml`` before any job runs: its bytes and times are kept here.
+
+    :func:`settle_sweep` (end of the sweep) moves the records in and keeps the new ``multirun.yaml`` when a job
+    trained, and otherwise puts ``multirun.yaml`` back as it was and drops the records.
+    """
+    import tempfile
+
+    multirun = sweep_dir / "multirun.yaml"
+    kept = (multirun.read_bytes(), multirun.stat()) if multirun.is_file() else None
+    records = Path(tempfile.mkdtemp(prefix="attnbench-jobs-"))
+    _SWEEP["held"] = {"multirun": kept, "records": records}
+    subdir = "" if config.hydra.output_subdir is None else str(config.hydra.output_subdir)
+    values = ("", "", _quoted(subdir), _quoted(str(records)))
+    file_handler = OmegaConf.select(config, "hydra.job_logging.handlers.file.class", default=None)
+    holds_log = str(file_handler).endswith("RunLogFileHandler")  # another job_logging: its own handler, not held
+    with read_write(config.hydra):
+        config.hydra.overrides.hydra.extend([key + value for key, value in zip(_HOLD_OVERRIDES, values, strict=True)
+                                             if holds_log or "job_logging" not in key])
+
+
+def settle_sweep() -> list[dict[str, Any]] | None:
+    """End of a sweep held by :func:`hold_sweep_writes`: its job records (``None`` for a sweep not held).
+
+    When a job started training, its records replace those of the sweep dir and Hydra's new ``multirun.yaml``
+    stays; otherwise ``multirun.yaml`` is put back byte for byte with its times, and the sweep dir is as it was.
+    """
+    import shutil
+
+    from attnbench.run.outputs import write_text
+
+    held, sweep_dir = _SWEEP.get("held"), _SWEEP.get("dir")
+    if not held:
+        return None
+    _SWEEP["held"] = None
+    records = _job_records(held["records"], folder=True)
+    try:
+        if any(r.get("trained") for r in records):
+            folder = Path(sweep_dir) / SWEEP_JOBS_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.glob("*.json"):
+                old.unlink(missing_ok=True)
+            for record in records:
+                write_text(folder / f"{record['num']}.json", json.dumps(record, indent=2))
+        elif sweep_dir is not None:
+            multirun = Path(sweep_dir) / "multirun.yaml"
+            if held["multirun"] is None:
+                multirun.unlink(missing_ok=True)
+            else:
+                data, stat = held["multirun"]
+                tmp = multirun.with_name(f".{multirun.name}.tmp")  # byte for byte, atomically
+                tmp.write_bytes(data)
+                os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+                os.replace(tmp, multirun)
+    except OSError as err:
+        log.warning("Could not settle the sweep dir %s: %s", sweep_dir, err)
+    shutil.rmtree(held["records"], ignore_errors=True)
+    return records
 
 
 class SweepReport(HydraCallback):
@@ -135,7 +214,7 @@ class SweepReport(HydraCallback):
         sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         _SWEEP["dir"] = sweep_dir
         records = sweep_dir / SWEEP_JOBS_DIR
-        if records.is_dir():  # a resumed sweep (same sweep dir): report this invocation's jobs only
+        if records.is_dir() and not _SWEEP["held"]:  # a resumed sweep (same sweep dir): this invocation's jobs only
             for old in records.glob("*.json"):
                 old.unlink(missing_ok=True)
 
@@ -143,14 +222,24 @@ class SweepReport(HydraCallback):
         from hydra.core.utils import JobStatus
         from hydra.types import RunMode
 
+        from attnbench.run.outputs import discard_held, writes_held
+
         hydra_cfg = config.hydra
         if hydra_cfg.mode != RunMode.MULTIRUN or _process_rank() != 0:
             return  # a single run, or a DDP/SLURM rank other than 0 (rank 0 reports the job)
+        held_records = (hydra_cfg.job.get("env_set") or {}).get(HELD_RECORDS_ENV)
+        trained = not writes_held()
+        discard_held()
+        if held_records and not trained:  # a resumed sweep's job that never trained: its dir stays as it was
+            with contextlib.suppress(OSError):
+                Path(str(hydra_cfg.runtime.output_dir)).rmdir()  # only when Hydra created it empty for this job
         record: dict[str, Any] = {
             "num": int(hydra_cfg.job.num),
             "output_dir": str(hydra_cfg.runtime.output_dir),
             "overrides": list(job_return.overrides or []),
             "status": "completed" if job_return.status == JobStatus.COMPLETED else "failed",
+            "trained": trained,
+            "held": bool(held_records),  # a job of a sweep resumed in its dir: it wrote nothing before training
         }
         if job_return.status == JobStatus.COMPLETED:
             value = job_return.return_value
@@ -161,7 +250,7 @@ class SweepReport(HydraCallback):
         else:
             err = getattr(job_return, "_return_value", None)
             record["error"] = str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}"
-        folder = Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
+        folder = Path(str(held_records)) if held_records else Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
         try:
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f"{record['num']}.json.tmp"
@@ -172,7 +261,7 @@ class SweepReport(HydraCallback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        text, failed = sweep_summary(sweep_dir)
+        text, failed = sweep_summary(sweep_dir, settle_sweep())
         if text:
             print(text, file=sys.stderr if failed else sys.stdout, flush=True)
         if failed:
@@ -189,30 +278,36 @@ def _process_rank() -> int:
 SWEEP_LINE_FIGURES = (("test/acc", "{:.4f}"), ("train/tokens_per_sec", "{:,.0f}"), ("test/tokens_per_sec", "{:,.0f}"))
 
 
-def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
-    if sweep_dir is None or not (Path(sweep_dir) / SWEEP_JOBS_DIR).is_dir():
+def _job_records(sweep_dir: Path | None, folder: bool = False) -> list[dict[str, Any]]:
+    """The job records of ``sweep_dir`` (of the folder ``sweep_dir`` itself with ``folder``), by job number."""
+    path = None if sweep_dir is None else Path(sweep_dir) if folder else Path(sweep_dir) / SWEEP_JOBS_DIR
+    if path is None or not path.is_dir():
         return []
     records = []
-    for path in (Path(sweep_dir) / SWEEP_JOBS_DIR).glob("*.json"):
+    for path in path.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text()))
     return sorted(records, key=lambda r: r.get("num", 0))
 
 
-def sweep_summary(sweep_dir: Path | None) -> tuple[str | None, int]:
-    """The end-of-sweep text and the number of failed jobs, from the records :class:`SweepReport` wrote in
-    ``<sweep_dir>/.attnbench-jobs/`` (``(None, 0)`` when there are none).
+def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None = None) -> tuple[str | None, int]:
+    """The end-of-sweep text and the number of failed jobs, from ``records`` or else the records
+    :class:`SweepReport` wrote in ``<sweep_dir>/.attnbench-jobs/`` (``(None, 0)`` when there are none).
 
     The text: ``Sweep <dir>: <m> jobs, <n> failed``; one line per job, ``ok`` with its ``test/acc``,
     ``train tokens/s`` and ``test tokens/s``, or ``failed`` with ``Error: <message>``; then the command
     that builds the sweep's report (``attnbench report <sweep dir>``).
     """
-    records = _job_records(sweep_dir)
+    records = _job_records(sweep_dir) if records is None else records
     if not records:
         return None, 0
     failed = [r for r in records if r.get("status") == "failed"]
-    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed"
-             + (" (each failed job wrote error.json and failure.json in its dir)" if failed else "")]
+    held = [r for r in failed if r.get("trained") is False and r.get("held")]
+    note = ("" if not failed else " (each failed job wrote error.json and failure.json in its dir)" if not held
+            else " (refused or failed before training: nothing was written into their dirs)" if len(held) == len(failed)
+            else " (a job that failed in training wrote error.json and failure.json in its dir; one refused or failed "
+                 "before training wrote nothing)")
+    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed{note}"]
     labels = {"test/acc": "test/acc", "train/tokens_per_sec": "train tokens/s", "test/tokens_per_sec": "test tokens/s"}
     for r in records:
         name = Path(str(r.get("output_dir"))).name

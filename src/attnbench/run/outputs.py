@@ -29,8 +29,14 @@ _HELD: dict[str, Any] = {"dir": None, "hydra_subdir": None, "handlers": []}
 
 
 def hold_writes(output_dir: Path, hydra_subdir: str | None) -> None:
-    """Hold this job's writes into ``output_dir`` (an existing run's dir) until :func:`release_writes`."""
-    _HELD.update(dir=Path(output_dir), hydra_subdir=hydra_subdir, handlers=[])
+    """Hold this job's writes into ``output_dir`` (an existing run's dir) until :func:`release_writes`: Hydra's
+    ``hydra_subdir`` copy of the config, and the records of every :class:`RunLogFileHandler` made with ``hold``."""
+    _HELD.update(dir=Path(output_dir), hydra_subdir=hydra_subdir)
+
+
+def discard_held() -> None:
+    """End the hold of a job that never started training: its held files and log records are dropped."""
+    _HELD.update(dir=None, hydra_subdir=None, handlers=[])
 
 
 def writes_held() -> bool:
@@ -49,8 +55,12 @@ def release_writes(cfg: DictConfig) -> None:
     subdir = _HELD["hydra_subdir"]
     if subdir and HydraConfig.initialized():
         hydra_cfg = OmegaConf.create({"hydra": OmegaConf.to_container(HydraConfig.get())})
+        from attnbench.run.hydra_callbacks import _HOLD_OVERRIDES
+
         with read_write(hydra_cfg), open_dict(hydra_cfg):
             hydra_cfg.hydra.output_subdir = subdir
+            hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
+                                               if not str(o).startswith(_HOLD_OVERRIDES)]  # the hold's own
         folder = _HELD["dir"] / subdir
         folder.mkdir(parents=True, exist_ok=True)
         for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
@@ -64,10 +74,14 @@ def release_writes(cfg: DictConfig) -> None:
 
 class RunLogFileHandler(logging.FileHandler):
     """``logging.FileHandler`` of ``train.log`` that, while the job holds its writes (:func:`hold_writes`), keeps
-    the records in memory and opens no file; :func:`release_writes` writes them."""
+    the records in memory and opens no file; :func:`release_writes` writes them.
 
-    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = False) -> None:
-        self._held: list[logging.LogRecord] | None = [] if writes_held() else None
+    ``hold=True`` holds from the start, before the job itself runs: a sweep resumed in its sweep dir makes its
+    jobs' handlers so (Hydra opens ``train.log`` before the task starts)."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = False,
+                 hold: bool = False) -> None:
+        self._held: list[logging.LogRecord] | None = [] if hold or writes_held() else None
         super().__init__(filename, mode, encoding, delay=delay or self._held is not None)
         if self._held is not None:
             _HELD["handlers"].append(self)

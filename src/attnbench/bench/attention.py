@@ -109,7 +109,7 @@ QUICK_BATCH, QUICK_HEADS = 1, 2
 
 CSV_COLUMNS = (
     "score", "path", "mode", "n", "d", "batch", "heads", "dtype", "device",
-    "threads", "time_s", "time_iqr_s", "time_runs", "time_min_s", "peak_mem_bytes", "flops", "est_mem_bytes",
+    "threads", "clock", "time_s", "time_iqr_s", "time_runs", "time_min_s", "peak_mem_bytes", "flops", "est_mem_bytes",
     "bound_s", "bound_fraction", "status", "note",
 )
 
@@ -169,6 +169,7 @@ class BenchConfig:
     wandb: bool
     quick: bool
     memory: bool = True  # one profiled call per case for peak memory and FLOPs
+    clock: str = "wall"  # "cpu": 1-thread cases and rates on the process's CPU time (a shared machine)
 
 
 def _int_list(text: str) -> list[int]:
@@ -263,6 +264,12 @@ example: attnbench bench attention --quick --no-wandb
     parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                         help="one profiled call per case for peak memory and FLOPs (default: on; --no-memory "
                              "times only, for the exponent grid)")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall clock (default), or, for the 1-thread cases and their rates, the process's CPU "
+                             "time: on a machine shared with other jobs a long call rarely gets its core for its "
+                             "whole duration and a short one often does, so wall-clock fractions understate what "
+                             "the code reaches; CPU time leaves out the waiting. More threads stay on the wall "
+                             "clock (a thread that never got a core would count as no time)")
     parser.add_argument("--quick", action="store_true",
                         help=f"small, fast subset: n={','.join(map(str, QUICK_LENGTHS))}, d=64, B={QUICK_BATCH}, "
                              f"H={QUICK_HEADS}, short timing (under a minute on 2 idle CPU cores); explicit "
@@ -353,6 +360,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         wandb=args.wandb,
         quick=args.quick,
         memory=args.memory,
+        clock=args.clock,
     )
 
 
@@ -456,7 +464,8 @@ def measure_time(step: Callable[[], Any], cfg: BenchConfig, threads: int) -> lis
     ``threads`` intra-op threads (its own default is 1; it synchronises CUDA itself), topped up with timed
     single calls when a slow call leaves fewer than ``cfg.repeats`` blocks.
     """
-    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=threads)
+    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=threads,
+                            timer=clock_for(cfg.clock, threads))
     times = [float(t) for t in timer.blocked_autorange(min_run_time=cfg.min_run_time).times]
     while len(times) < cfg.repeats:
         times.append(float(timer.timeit(1).mean))
@@ -536,27 +545,36 @@ def measure_memory_and_flops(step: Callable[[], Any], device: torch.device) -> t
     return int(peak), int(counter.get_total_flops())
 
 
-def _best_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Minimum wall seconds of ``run()`` over ``repeats`` calls after one untimed call."""
+CLOCKS = ("wall", "cpu")
+
+
+def clock_for(clock: str, threads: int) -> Callable[[], float]:
+    """``time.process_time`` for ``clock="cpu"`` at 1 thread, else ``time.perf_counter`` (wall)."""
+    return time.process_time if clock == "cpu" and threads == 1 else time.perf_counter
+
+
+def _best_seconds(run: Callable[[], object], repeats: int, now: Callable[[], float] = time.perf_counter) -> float:
+    """Minimum seconds of ``run()`` (on the clock ``now``) over ``repeats`` calls after one untimed call."""
     run()
     best = math.inf
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         run()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, now() - start)
     return best
 
 
-def gemm_peak_gflops(size: int = 2048, repeats: int = 5) -> float:
+def gemm_peak_gflops(size: int = 2048, repeats: int = 5, now: Callable[[], float] = time.perf_counter) -> float:
     """fp32 matrix-multiply rate of ``torch.mm`` on two ``size``×``size`` matrices at the current thread count,
     GFLOP/s (2·size³ FLOPs a product; the best of ``repeats``)."""
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
     out = torch.empty(size, size)
-    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b, out=out), repeats) / 1e9
+    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b, out=out), repeats, now) / 1e9
 
 
-def elementwise_rate(op: str, numel: int = 2**16, repeats: int = 5, calls: int = 64) -> float:
+def elementwise_rate(op: str, numel: int = 2**16, repeats: int = 5, calls: int = 64,
+                     now: Callable[[], float] = time.perf_counter) -> float:
     """Rate of the vectorised ``torch.<op>`` on a contiguous float32 tensor of ``numel`` elements at the current
     thread count, G elements/s. The default 2¹⁶ elements (256 KiB in, 256 KiB out) stay in the L2 cache: the
     arithmetic rate, the bound of a kernel that keeps its operands in cache. A tensor far larger than the
@@ -571,17 +589,18 @@ def elementwise_rate(op: str, numel: int = 2**16, repeats: int = 5, calls: int =
         for _ in range(calls):
             fn(x, out=out)
 
-    return calls * numel / _best_seconds(run, repeats) / 1e9
+    return calls * numel / _best_seconds(run, repeats, now) / 1e9
 
 
-def measure_rates(ops: Iterable[str], repeats: int = 5) -> dict[str, Any]:
+def measure_rates(ops: Iterable[str], repeats: int = 5, now: Callable[[], float] = time.perf_counter
+                  ) -> dict[str, Any]:
     """The rates the bounds use, at the current thread count: ``gemm_gflops`` (:func:`gemm_peak_gflops`) and,
     per elementwise op, ``{"in_cache": G/s, "streaming": G/s}`` (:func:`elementwise_rate` on 256 KiB and on
     64 MiB); the bound uses the in-cache rate."""
-    rates: dict[str, Any] = {"gemm_gflops": gemm_peak_gflops(repeats=repeats)}
+    rates: dict[str, Any] = {"gemm_gflops": gemm_peak_gflops(repeats=repeats, now=now)}
     for op in sorted(set(ops)):
-        rates[op] = {"in_cache": elementwise_rate(op, repeats=repeats),
-                     "streaming": elementwise_rate(op, 2**24, repeats=max(2, repeats // 2), calls=1)}
+        rates[op] = {"in_cache": elementwise_rate(op, repeats=repeats, now=now),
+                     "streaming": elementwise_rate(op, 2**24, repeats=max(2, repeats // 2), calls=1, now=now)}
     return rates
 
 
@@ -630,7 +649,8 @@ def run_case(cfg: BenchConfig, score: str, path: str, n: int, d: int, mode: str,
     """
     row: dict[str, Any] = dict(
         score=score, path=path, mode=mode, n=n, d=d, batch=cfg.batch, heads=cfg.heads,
-        dtype=str(cfg.dtype).removeprefix("torch."), device=str(cfg.device), threads=threads, time_s=None,
+        dtype=str(cfg.dtype).removeprefix("torch."), device=str(cfg.device), threads=threads,
+        clock="cpu" if clock_for(cfg.clock, threads) is time.process_time else "wall", time_s=None,
         time_iqr_s=None, time_runs=None, time_min_s=None, times_s=None, peak_mem_bytes=None, flops=None,
         est_mem_bytes=None, work=None, bound_s=None, bound_fraction=None, status="ok", note="",
     )
@@ -691,8 +711,8 @@ def run_benchmark(cfg: BenchConfig, console: Any) -> tuple[list[dict[str, Any]],
     for i, (threads, score, path, n, d, mode) in enumerate(todo, 1):
         torch.set_num_threads(threads)
         if str(threads) not in all_rates:
-            rates = measure_rates(ops, cfg.repeats) if cfg.device.type == "cpu" and cfg.dtype == torch.float32 \
-                else None
+            rates = measure_rates(ops, cfg.repeats, clock_for(cfg.clock, threads)) \
+                if cfg.device.type == "cpu" and cfg.dtype == torch.float32 else None
             all_rates[str(threads)] = rates
             if rates is not None:
                 console.print(f"{threads} thread(s): " + rates_line(rates), highlight=False)
@@ -724,15 +744,17 @@ def rates_line(rates: dict[str, Any]) -> str:
         for op, r in rates.items() if op != "gemm_gflops")
 
 
-def fit_exponents(rows: list[dict[str, Any]], level: float = 0.95) -> list[dict[str, Any]]:
+def fit_exponents(rows: list[dict[str, Any]], level: float = 0.95, top_sizes: int = 4) -> list[dict[str, Any]]:
     """Fitted exponents of time in n (at d = the n sweep's d) and in d (at the d sweep's n): for each score,
     path, mode and thread count with >= 3 sizes along an axis, the OLS slope of log time on log size over every
     timing of every size (``times_s``), with its ``level`` t-interval (``scipy.stats.linregress``). Sizes are
-    the sweep's rows whose other dimension is the most common one (the fixed value of that sweep).
+    the sweep's rows whose other dimension is the most common one (the fixed value of that sweep). Where an axis
+    has more than ``top_sizes`` sizes, a second fit over its ``top_sizes`` largest (``top``: True) gives the
+    growth once per-call overhead no longer counts.
 
     Returns:
         One dict per fit: score, path, mode, threads, axis ("n" or "d"), fixed (the other dimension's value),
-        sizes, timings, exponent, ci_low, ci_high.
+        top, sizes, timings, exponent, ci_low, ci_high.
     """
     from collections import Counter
 
@@ -747,15 +769,17 @@ def fit_exponents(rows: list[dict[str, Any]], level: float = 0.95) -> list[dict[
         for (score, path, mode, threads), members in groups.items():
             fixed = Counter(r[other] for r in members).most_common(1)[0][0]
             line = sorted((r for r in members if r[other] == fixed), key=lambda r: r[axis])
-            if len({r[axis] for r in line}) < 3:
-                continue
-            xs = [math.log(r[axis]) for r in line for _ in r["times_s"]]
-            ys = [math.log(t) for r in line for t in r["times_s"]]
-            fit = stats.linregress(xs, ys)
-            half = stats.t.ppf(0.5 + level / 2, len(xs) - 2) * fit.stderr
-            fits.append(dict(score=score, path=path, mode=mode, threads=threads, axis=axis, fixed=fixed,
-                             sizes=[r[axis] for r in line], timings=len(xs), exponent=fit.slope,
-                             ci_low=fit.slope - half, ci_high=fit.slope + half))
+            spans = [(line, False)] + ([(line[-top_sizes:], True)] if len(line) > top_sizes else [])
+            for part, top in spans:
+                if len(part) < 3:
+                    continue
+                xs = [math.log(r[axis]) for r in part for _ in r["times_s"]]
+                ys = [math.log(t) for r in part for t in r["times_s"]]
+                fit = stats.linregress(xs, ys)
+                half = stats.t.ppf(0.5 + level / 2, len(xs) - 2) * fit.stderr
+                fits.append(dict(score=score, path=path, mode=mode, threads=threads, axis=axis, fixed=fixed,
+                                 top=top, sizes=[r[axis] for r in part], timings=len(xs), exponent=fit.slope,
+                                 ci_low=fit.slope - half, ci_high=fit.slope + half))
     return fits
 
 

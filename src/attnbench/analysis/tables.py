@@ -590,6 +590,7 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
+RENDERERS["docs/results/cpu/train_pair_fused_additive.json"] = render_train_throughput
 RENDERERS["docs/results/cpu/probes/imdb_epochs/probe.json"] = render_epoch_probe
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
 RENDERERS.update({f"docs/results/{device}/attention_roofline.json": render_roofline for device in ("cpu", "gpu")})

@@ -118,3 +118,56 @@ def test_ratio_tables_divide_by_the_baseline_of_the_same_n_d_and_mode(bench):
         # the absolute baseline row shows each size's own baseline time
         assert [cells(time_table)[f"n={n}\nd={d}"][0] for n, d in sizes] == [
             f"{base_ms[s] * (1.0 if mode == 'fwd_bwd' else 100.0):.3g} ms" for s in sizes]
+
+
+def test_every_row_has_its_bound_at_rates_of_the_same_run(bench, tmp_path):
+    """Every discovered score function gets a bound from its own work at the rates measured in the run, at each
+    thread count; the fraction is bound / fastest timing, from at least --repeats timings."""
+    from attnbench.attention import available
+
+    assert bench.main(["--lengths", "16,32,48", "--head-dims", "8", "--no-wandb", "--min-run-time", "0.001",
+                       "--threads", "1,2", "--paths", "fast", "--modes", "fwd", "--repeats", "3", "--no-memory",
+                       "--batch", "1", "--heads", "2", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    rates = data["meta"]["rates"]
+    assert set(rates) == {"1", "2"}
+    assert {"tanh", "sqrt"} <= set(rates["1"]) and rates["1"]["gemm_gflops"] > 0
+    rows = data["rows"]
+    assert {r["score"] for r in rows} == {"sdpa_scaled_dot", *available()}
+    for row in rows:
+        assert row["status"] == "ok" and len(row["times_s"]) >= 3 and row["peak_mem_bytes"] is None, row
+        assert row["bound_s"] == pytest.approx(bench.bound_seconds(row["work"], rates[str(row["threads"])]))
+        assert row["bound_fraction"] == pytest.approx(row["bound_s"] / min(row["times_s"]))
+    additive = next(r for r in rows if r["score"] == "additive" and r["n"] == 32)
+    assert additive["work"]["tanh"] == 1 * 2 * 32 * 32 * 8  # B·H·n²·d_a, d_a = d
+    fits = {(f["score"], f["threads"], f["axis"]) for f in data["exponents"]}
+    assert ("additive", 2, "n") in fits and all(f["timings"] >= 9 for f in data["exponents"])
+
+
+def test_bounds_count_each_score_functions_work():
+    from attnbench.attention import build_score_function
+
+    b, h, n, d = 2, 3, 10, 4
+    assert build_score_function("scaled_dot", n_heads=h, head_dim=d).work(b, n, n, d) == {
+        "flops": 2 * b * h * n * n * (d + d)}
+    additive = build_score_function("additive", n_heads=h, head_dim=d, hidden_dim=5).work(b, n, n, d)
+    assert additive == {"flops": 2 * b * h * 2 * n * d * 5 + b * h * n * n * (3 * 5 + 2 * d),
+                        "tanh": b * h * n * n * 5}
+    assert build_score_function("l2", n_heads=h, head_dim=d).work(b, n, n, d)["sqrt"] == b * h * n * n
+    from attnbench.bench.attention import bound_seconds
+
+    rates = {"gemm_gflops": 100.0, "tanh": {"in_cache": 2.0, "streaming": 1.0}}
+    work = {"flops": 4 * 10**9, "tanh": 10**9}
+    assert bound_seconds(work, rates) == pytest.approx(0.04 + 0.5)
+    assert bound_seconds(work, rates, backward=True) == pytest.approx(0.12 + 1.0)
+
+
+def test_fitted_exponents_recover_a_known_power_law(bench):
+    rows = [dict(score="s", path="fast", mode="fwd", threads=1, n=n, d=64, status="ok",
+                 times_s=[1e-9 * n**2 * (1 + 0.01 * k) for k in range(5)]) for n in (64, 128, 256, 512)]
+    rows += [dict(score="s", path="fast", mode="fwd", threads=1, n=256, d=d, status="ok",
+                  times_s=[1e-9 * 256**2 * d / 64 * (1 + 0.01 * k) for k in range(5)]) for d in (16, 32, 128)]
+    fits = {f["axis"]: f for f in bench.fit_exponents(rows) if not f["top"]}
+    assert fits["n"]["exponent"] == pytest.approx(2.0, abs=1e-9) and fits["n"]["fixed"] == 64
+    assert fits["n"]["ci_low"] < 2.0 < fits["n"]["ci_high"] and fits["n"]["timings"] == 20
+    assert fits["d"]["exponent"] == pytest.approx(1.0, abs=1e-9) and fits["d"]["sizes"] == [16, 32, 64, 128]

@@ -135,7 +135,8 @@ MAPPED: dict[str, list[str]] = {
                                    "tests/test_data_sources.py::test_fresh_machine_trains_on_the_packaged_data"],
     # sweeps: the launchers, Optuna, DDP run for real in these tests (with short-run overrides)
     "python train.py -m attention=": ["tests/test_train_e2e.py::test_multirun_jobs_are_distinct_runs_in_one_group"],
-    "python train.py -m hydra/launcher=joblib": ["tests/test_sweep.py::test_launcher_runs_two_jobs_with_two_wandb_runs"],
+    "python train.py -m launcher=cores": [
+        "tests/test_parallel_sweeps.py::test_launcher_cores_pins_each_job_to_its_own_cpu_with_the_metrics_of_one_at_a_time"],
     "python train.py -m hydra/launcher=submitit_local": [
         "tests/test_sweep.py::test_launcher_runs_two_jobs_with_two_wandb_runs"],
     "python train.py -m hparams_search=optuna": ["tests/test_sweep.py::test_optuna_sweep_writes_its_study"],

@@ -1036,3 +1036,27 @@ def test_the_dry_run_of_an_installed_command_shows_a_new_score_function(tmp_path
     packaged = len(list((REPO_ROOT / "conf" / "attention").glob("*.yaml")))
     row = next(line for line in proc.stdout.splitlines() if line.startswith("compare "))
     assert int(row.split()[1]) == 3 * (packaged + 1)  # 3 datasets
+
+
+@pytest.mark.slow  # two tiny jobs twice (about a minute on 2 cores)
+@pytest.mark.skipif(not hasattr(reproduce.os, "sched_getaffinity") or len(reproduce.os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux CPU affinity and 2 CPUs")
+def test_jobs_side_by_side_give_the_metrics_of_the_same_jobs_one_at_a_time(tmp_path):
+    from .test_parallel_sweeps import outcome
+
+    grid = ("--grid", "attention=dot,additive", "--no-report")
+    both = _reproduce(tmp_path / "both", *grid, "--jobs", "2")
+    assert both.returncode == 0, both.stdout + both.stderr
+    alone = subprocess.run(_reproduce_cmd(tmp_path / "alone", *grid), cwd=REPO_ROOT, capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    manifest = json.loads((tmp_path / "both" / "manifest.json").read_text())
+    cpus = set()
+    for name in ("dot-trec-s0", "additive-trec-s0"):
+        side, single = (json.loads((tmp_path / w / "compare" / name / "metrics.json").read_text())
+                        for w in ("both", "alone"))
+        assert side["torch_threads"] == single["torch_threads"] == 1
+        assert side["cpus"] == manifest["jobs"][f"compare/{name}"]["cpus"] and len(side["cpus"]) == 1
+        cpus.add(tuple(side["cpus"]))
+        assert outcome(side) == outcome(single), name
+    assert len(cpus) == 2

@@ -457,3 +457,28 @@ def test_config_tables_follow_the_config_and_check_fails_when_it_changes(tmp_pat
     assert "| `data.max_length` | `40` | `data=trec` |" in text
     assert "`l2`, `l2_small`, `scaled_dot`" in text
     assert "| `attention.chunk_bytes` | `1024` | `attention=l2_small` |" in text
+
+
+def test_roofline_and_exponent_tables_take_their_ratios_from_the_benchmark_output():
+    from attnbench.analysis.tables import render_exponents, render_roofline
+
+    rates = {"gemm_gflops": 100.0, "tanh": {"in_cache": 2.0, "streaming": 1.0}}
+
+    def row(score, path, mode, time_s, work, bound_s):
+        return dict(score=score, path=path, mode=mode, n=512, d=64, batch=4, heads=4, threads=1, status="ok",
+                    time_min_s=time_s, work=work, bound_s=bound_s, bound_fraction=bound_s / time_s)
+
+    data = {"meta": {"rates": {"1": rates}}, "rows": [
+        row("sdpa_scaled_dot", "sdpa", "fwd", 0.02, {"flops": 10**9}, 0.01),
+        row("additive", "fast", "fwd", 0.8, {"flops": 10**9, "tanh": 4 * 10**8}, 0.21)]}
+    text = render_roofline(data)
+    assert "| SDPA (`F.scaled_dot_product_attention`) | fwd | 20.0 | 1 GFLOP | 10.0 | 50% |" in text
+    assert "| `additive` | fwd | 800.0 | 1 GFLOP + 400 M tanh | 210.0 | 26% |" in text
+    # measured 0.8 / 0.02; at the limit 0.21 / 0.01; with the streaming rate (0.4 + 0.01) / 0.01
+    assert "measured 40.0×, at the limit 21.0× (with the 64 MiB tanh rate as the bound: 41.0×)" in text
+
+    fits = [dict(score=s, path=p, mode="fwd", threads=1, axis="n", fixed=64, top=False, sizes=[64, 4096],
+                 timings=35, exponent=e, ci_low=e - 0.1, ci_high=e + 0.1)
+            for s, p, e in (("sdpa_scaled_dot", "sdpa", 1.9), ("additive", "fast", 2.0))]
+    table = render_exponents({"rows": [dict(batch=1, heads=1)], "exponents": fits})
+    assert "| `additive` | 2.00 [1.90, 2.10] |" in table and "n 64–4096 (d=64), 1 thr." in table

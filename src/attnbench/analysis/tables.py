@@ -391,8 +391,12 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     Raises:
         KeyError: the results have no SDPA row at ``n``, ``d`` (both modes): nothing to take multiples of.
     """
-    cells = {(r["score"], r["path"], r["mode"]): r for r in data["rows"] if r["n"] == n and r["d"] == d}
     meta = data.get("meta", {})
+    threads = (meta.get("config") or {}).get("threads", "?")
+    if isinstance(threads, list):  # a run at several thread counts: the table of the most
+        threads = max(threads)
+    cells = {(r["score"], r["path"], r["mode"]): r for r in data["rows"]
+             if r["n"] == n and r["d"] == d and r.get("threads", threads) == threads}
 
     def value(score: str, path: str, mode: str, key: str, scale: float) -> float | None:
         row = cells.get((score, path, mode))
@@ -403,7 +407,7 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
     if None in base.values() or base_mem is None:
         raise KeyError(f"no SDPA row at n={n}, d={d} in both modes: the table's multiples need it")
     batch, heads = next(iter(cells.values()))["batch"], next(iter(cells.values()))["heads"]
-    lines = [f"| B={batch}, H={heads}, n={n}, d={d}, {(meta.get('config') or {}).get('threads', '?')} thread(s) | fwd | × SDPA | "
+    lines = [f"| B={batch}, H={heads}, n={n}, d={d}, {threads} thread(s) | fwd | × SDPA | "
              "fwd+bwd | × SDPA | fwd+bwd peak memory | × SDPA |", "|---|---|---|---|---|---|---|"]
 
     def fmt(x: float | None, unit: str) -> str:
@@ -419,6 +423,93 @@ def render_bench_attention(data: dict, n: int = 1024, d: int = 64) -> str:
         mem = value(score, path, "fwd_bwd", "peak_mem_bytes", 2.0 ** -20)
         lines.append(f"| {name} | {fmt(fwd, 'ms')} | {times(fwd, base['fwd'])} | {fmt(both, 'ms')} | "
                      f"{times(both, base['fwd_bwd'])} | {fmt(mem, 'MiB')} | {times(mem, base_mem)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _work_text(work: dict[str, int]) -> str:
+    """``{"flops": 1.07e9, "tanh": 6.7e7}`` as "1.07 GFLOP + 67.1 M tanh"."""
+    parts = [f"{work['flops'] / 1e9:.3g} GFLOP"]
+    parts += [f"{count / 1e6:,.3g} M {op}" for op, count in sorted(work.items()) if op != "flops"]
+    return " + ".join(parts)
+
+
+def render_roofline(data: dict) -> str:
+    """``attnbench bench attention``'s ``results.json`` of one size (``docs/results/<device>/attention_roofline.json``):
+    per thread count the rates measured in the run (the GEMM peak; each elementwise op in cache, the bound, and
+    on a 64 MiB tensor), then per score function and pass the fastest time of one call, its bound (its work at
+    those rates; forward + backward: 3× the forward's FLOPs and 2× its elementwise ops) and the fraction of the
+    bound reached; under each table the ``additive``/SDPA ratio of both
+    passes, measured (best against best) and at the limit (bound against bound), the latter also with the
+    elementwise ops at their 64 MiB (memory-bound) rate.
+
+    Raises:
+        KeyError: a run without rates (not float32 on CPU) or without the SDPA row.
+    """
+    rows = [r for r in data["rows"] if r["status"] == "ok"]
+    first = rows[0]
+    out = []
+    for threads in sorted({r["threads"] for r in rows}):
+        rates = data["meta"]["rates"][str(threads)]
+        mine = {(r["score"], r["path"], r["mode"]): r for r in rows if r["threads"] == threads}
+        ops = "; ".join(f"`torch.{op}` {r['in_cache']:.2f} G/s in cache (the bound), {r['streaming']:.2f} G/s "
+                        "on a 64 MiB tensor" for op, r in sorted(rates.items()) if op != "gemm_gflops")
+        out += [f"**{threads} thread{'s' if threads > 1 else ''}**, B={first['batch']}, H={first['heads']}, "
+                f"n={first['n']}, d=d_a={first['d']}: fp32 GEMM peak (`torch.mm` 2048²) "
+                f"{rates['gemm_gflops']:.1f} GFLOP/s; {ops}.", "",
+                "| score function | pass | time (ms, best) | forward work | bound (ms) | fraction of bound |",
+                "|---|---|---:|---|---:|---:|"]
+        for score, path, name in bench_rows(mine):
+            for mode in ("fwd", "fwd_bwd"):
+                r = mine.get((score, path, mode))
+                if r is None or r.get("bound_s") is None:
+                    continue
+                out.append(f"| {name} | {mode.replace('_', '+')} | {r['time_min_s'] * 1e3:,.1f} | "
+                           f"{_work_text(r['work'])} | {r['bound_s'] * 1e3:,.1f} | {r['bound_fraction']:.0%} |")
+        out.append("")
+        for mode in ("fwd", "fwd_bwd"):
+            sdpa, additive = mine.get(("sdpa_scaled_dot", "sdpa", mode)), mine.get(("additive", "fast", mode))
+            if sdpa is None or additive is None:
+                continue
+            streaming = sum(count / rates[op]["streaming"] for op, count in additive["work"].items() if op != "flops")
+            streaming = (streaming * (2 if mode == "fwd_bwd" else 1) / 1e9
+                         + additive["work"]["flops"] * (3 if mode == "fwd_bwd" else 1) / (rates["gemm_gflops"] * 1e9))
+            out.append(f"- `additive` / SDPA, {mode.replace('_', '+')}: measured "
+                       f"{additive['time_min_s'] / sdpa['time_min_s']:.1f}×, at the limit "
+                       f"{additive['bound_s'] / sdpa['bound_s']:.1f}× (with the 64 MiB tanh rate as the bound: "
+                       f"{streaming / sdpa['bound_s']:.1f}×)")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_exponents(data: dict) -> str:
+    """``attnbench bench attention``'s ``results.json`` of an n and d sweep
+    (``docs/results/<device>/attention_exponents.json``): per score function (fast path, forward) the fitted
+    exponent of time in n and in d with its 95% interval (:func:`attnbench.bench.attention.fit_exponents`, OLS on
+    log–log over every timing), at each thread count; over all sizes, and over the largest sizes where the run
+    has them (``exponents`` entries with ``top``)."""
+    fits = [f for f in data["exponents"] if f["mode"] == "fwd"]
+    threads = sorted({f["threads"] for f in fits})
+    columns = sorted({(f["axis"], f.get("top", False), t) for f in fits for t in [f["threads"]]},
+                     key=lambda c: (c[0] != "n", c[1], c[2]))
+    index = {(f["score"], f["path"], f["axis"], f.get("top", False), f["threads"]): f for f in fits}
+
+    def head(axis: str, top: bool, t: int) -> str:
+        sizes = next(f["sizes"] for f in fits if (f["axis"], f.get("top", False), f["threads"]) == (axis, top, t))
+        fixed = next(f["fixed"] for f in fits if f["axis"] == axis)
+        other = "d" if axis == "n" else "n"
+        return f"{axis} {sizes[0]}–{sizes[-1]} ({other}={fixed}), {t} thr."
+
+    first = data["rows"][0]
+    lines = [f"B={first['batch']}, H={first['heads']}, forward, {len(threads)} thread count(s); exponent "
+             "[95% interval] of time ∝ size^exponent", "",
+             "| score function | " + " | ".join(head(*c) for c in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for score, path, name in bench_rows({(f["score"], f["path"], "fwd"): f for f in fits}):
+        cells = []
+        for axis, top, t in columns:
+            f = index.get((score, path, axis, top, t))
+            cells.append("–" if f is None else f"{f['exponent']:.2f} [{f['ci_low']:.2f}, {f['ci_high']:.2f}]")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -505,8 +596,11 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
+RENDERERS["docs/results/cpu/train_pair_fused_additive.json"] = render_train_throughput
 RENDERERS["docs/results/cpu/probes/imdb_epochs/probe.json"] = render_epoch_probe
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
+RENDERERS.update({f"docs/results/{device}/attention_roofline.json": render_roofline for device in ("cpu", "gpu")})
+RENDERERS.update({f"docs/results/{device}/attention_exponents.json": render_exponents for device in ("cpu", "gpu")})
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 
 

@@ -151,6 +151,15 @@ class AdditiveScore(ScoreFunction):
         """One query row of the hidden tensor: B×H×1×Lk×d_a elements."""
         return batch * self.n_heads * n_keys * self.hidden_dim * element_size
 
+    def work(self, batch: int, n_queries: int, n_keys: int, value_dim: int) -> dict[str, int]:
+        """One tanh per (query, key, hidden unit), B·H·Lq·Lk·d_a, no matrix unit computes; FLOPs: the
+        projections 2·B·H·(Lq + Lk)·d·d_a, the pre-activation's add and vᵀtanh's multiply-add
+        3·B·H·Lq·Lk·d_a, and PV 2·B·H·Lq·Lk·d_v."""
+        pairs = batch * self.n_heads * n_queries * n_keys
+        projections = 2 * batch * self.n_heads * (n_queries + n_keys) * self.head_dim * self.hidden_dim
+        return {"flops": projections + pairs * (3 * self.hidden_dim + 2 * value_dim),
+                "tanh": pairs * self.hidden_dim}
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         # CPU: 16-bit inputs (or autocast) are computed in float32; on CUDA the 16-bit fast path is kept
         method = self._attend_float32 if query.device.type == "cpu" else self._attend

@@ -205,6 +205,19 @@ class ScoreFunction(nn.Module):
         """
         return batch * self.n_heads * n_keys * element_size
 
+    def work(self, batch: int, n_queries: int, n_keys: int, value_dim: int) -> dict[str, int]:
+        """The operations one forward :meth:`attend` cannot avoid, its roofline's numerator.
+
+        ``"flops"``: multiply-adds counted as 2 FLOPs, work a matrix unit can do; any other key names a
+        ``torch`` elementwise function (``"tanh"``, ``"sqrt"``) and counts its calls, work at that function's
+        vectorised rate. By default a score that reduces to matrix multiplies: QKᵀ and PV,
+        2·B·H·Lq·Lk·(d + d_v) FLOPs (softmax and O(L·d) work left out, Williams et al. 2009's roofline).
+
+        Args:
+            batch: B. n_queries: Lq. n_keys: Lk. value_dim: d_v.
+        """
+        return {"flops": 2 * batch * self.n_heads * n_queries * n_keys * (self.head_dim + value_dim)}
+
     def block_size(
         self, batch: int, n_queries: int, n_keys: int, element_size: int, budget_bytes: int | None = None
     ) -> int:

@@ -40,5 +40,10 @@ class GeneralScore(ScoreFunction):
         k_w = torch.einsum("hij,bhkj->bhki", w, key)  # W k for every key
         return (query.unsqueeze(-2) * k_w.unsqueeze(-3)).sum(-1)
 
+    def work(self, batch: int, n_queries: int, n_keys: int, value_dim: int) -> dict[str, int]:
+        """qW (2·B·H·Lq·d² FLOPs), then QKᵀ and PV as every matrix-multiply score."""
+        return {"flops": super().work(batch, n_queries, n_keys, value_dim)["flops"]
+                + 2 * batch * self.n_heads * n_queries * self.head_dim**2}
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         return sdpa_attend(query @ self.weight.to(query.dtype), key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -55,6 +55,12 @@ class L2Score(ScoreFunction):
         zero = sq == 0
         return -torch.where(zero, 0.0, torch.where(zero, 1.0, sq).sqrt())
 
+    def work(self, batch: int, n_queries: int, n_keys: int, value_dim: int) -> dict[str, int]:
+        """The matrix multiplies of ‖q‖² + ‖k‖² − 2q·k and PV (2·B·H·Lq·Lk·(d + d_v) FLOPs) and one square
+        root per pair, B·H·Lq·Lk."""
+        return {**super().work(batch, n_queries, n_keys, value_dim),
+                "sqrt": batch * self.n_heads * n_queries * n_keys}
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         block = self.block_size(query.shape[0], query.shape[-2], key.shape[-2], query.element_size())
         return blocked_attend(self.scores, query, key, value, key_padding_mask, dropout_p, block)

@@ -37,6 +37,11 @@ class UniformScore(ScoreFunction):
         """0 · Σ_c q_c k_c for every pair, float64: zero, as a function of q and k (their gradients exist)."""
         return 0.0 * (query.unsqueeze(-2) * key.unsqueeze(-3)).sum(-1)
 
+    def work(self, batch: int, n_queries: int, n_keys: int, value_dim: int) -> dict[str, int]:
+        """Without dropout, one masked mean of the values per sequence and head: 2·B·H·Lk·d_v FLOPs (the
+        Lq copies of the row are a broadcast, no work)."""
+        return {"flops": 2 * batch * self.n_heads * n_keys * value_dim}
+
     def attend(self, query, key, value, key_padding_mask=None, dropout_p=0.0):
         if dropout_p > 0.0:
             return sdpa_attend(query * 0.0, key, value, key_padding_mask, dropout_p, scale=1.0)

@@ -73,14 +73,16 @@ import csv
 import dataclasses
 import datetime as dt
 import gc
+import io
 import json
 import math
 import os
 import platform
 import sys
+import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -107,7 +109,8 @@ QUICK_BATCH, QUICK_HEADS = 1, 2
 
 CSV_COLUMNS = (
     "score", "path", "mode", "n", "d", "batch", "heads", "dtype", "device",
-    "time_s", "time_iqr_s", "time_runs", "peak_mem_bytes", "flops", "est_mem_bytes", "status", "note",
+    "threads", "clock", "time_s", "time_iqr_s", "time_runs", "time_min_s", "peak_mem_bytes", "flops", "est_mem_bytes",
+    "bound_s", "bound_fraction", "status", "note",
 )
 
 FLOP_NOTE = (
@@ -125,6 +128,14 @@ CPU_MEMORY_NOTE = (
 CUDA_MEMORY_NOTE = (
     "peak_mem_bytes (CUDA): torch.cuda.max_memory_allocated() after reset_peak_memory_stats(), minus "
     "memory_allocated() before the call. Inputs and parameters are not counted; outputs and gradients are."
+)
+BOUND_NOTE = (
+    "bound_s: seconds of the score function's unavoidable forward work (ScoreFunction.work) at this machine's "
+    "rates measured in the same run at the same thread count (meta.rates): its FLOPs at the fp32 GEMM peak "
+    "(torch.mm 2048x2048) plus each elementwise op (tanh for additive, sqrt for l2) at torch.<op>'s in-cache "
+    "rate (256 KiB; meta.rates also has the 64 MiB streaming rate); fwd_bwd: 3x the FLOPs and 2x the "
+    "elementwise ops. bound_fraction = bound_s / time_min_s (the fastest timing, least disturbed by other "
+    "processes); float32 on CPU only."
 )
 RATIO_NOTE = (
     "ratio = value of the row / value of sdpa_scaled_dot (F.scaled_dot_product_attention called directly, "
@@ -151,11 +162,14 @@ class BenchConfig:
     dtype: torch.dtype
     min_run_time: float
     max_mem_bytes: int
-    threads: int
+    threads: list[int]  # each thread count measures every case, its rates first
+    repeats: int  # at least this many timings per case
     seed: int
     out: Path
     wandb: bool
     quick: bool
+    memory: bool = True  # one profiled call per case for peak memory and FLOPs
+    clock: str = "wall"  # "cpu": 1-thread cases and rates on the process's CPU time (a shared machine)
 
 
 def _int_list(text: str) -> list[int]:
@@ -235,13 +249,27 @@ example: attnbench bench attention --quick --no-wandb
     parser.add_argument("--max-mem-gb", type=float, default=None,
                         help="skip sizes whose estimated memory need exceeds this many GB of 1e9 bytes "
                              "(default: 70%% of available RAM on CPU, of free GPU memory on CUDA)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch.get_num_threads())")
+    parser.add_argument("--threads", type=_int_list, default=None,
+                        help="torch intra-op thread counts, comma-separated: every case runs at each, with the "
+                             "rates of its bound measured at it (default: torch.get_num_threads())")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="at least this many timings per case (blocked_autorange's blocks, topped up with "
+                             "single calls); the fraction of the bound and the fitted exponents use them "
+                             "(default: 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of inputs and parameters (default: 0)")
     parser.add_argument("--out", type=Path, default=None, help="output dir (default: outputs/bench/<timestamp>)")
     parser.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
                         help="log to W&B project attnbench: online with credentials, else offline into "
                              "<out>/wandb (default: on)")
+    parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                        help="one profiled call per case for peak memory and FLOPs (default: on; --no-memory "
+                             "times only, for the exponent grid)")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall clock (default), or, for the 1-thread cases and their rates, the process's CPU "
+                             "time: on a machine shared with other jobs a long call rarely gets its core for its "
+                             "whole duration and a short one often does, so wall-clock fractions understate what "
+                             "the code reaches; CPU time leaves out the waiting. More threads stay on the wall "
+                             "clock (a thread that never got a core would count as no time)")
     parser.add_argument("--quick", action="store_true",
                         help=f"small, fast subset: n={','.join(map(str, QUICK_LENGTHS))}, d=64, B={QUICK_BATCH}, "
                              f"H={QUICK_HEADS}, short timing (under a minute on 2 idle CPU cores); explicit "
@@ -305,6 +333,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     head_dims = args.head_dims or list(QUICK_HEAD_DIMS if args.quick else DEFAULT_HEAD_DIMS)
     at_n, at_d = closest(lengths, args.at_n), closest(head_dims, args.at_d)
     min_run_time = args.min_run_time if args.min_run_time is not None else (0.05 if args.quick else 0.5)
+    if args.repeats < 1:
+        sys.exit(f"--repeats must be >= 1, got {args.repeats}")
     if args.max_mem_gb is not None:
         max_mem = int(args.max_mem_gb * 1e9)
     else:
@@ -323,11 +353,14 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         dtype=DTYPES[args.dtype],
         min_run_time=min_run_time,
         max_mem_bytes=max_mem,
-        threads=args.threads or torch.get_num_threads(),
+        threads=args.threads or [torch.get_num_threads()],
+        repeats=args.repeats,
         seed=args.seed,
         out=Path(out),
         wandb=args.wandb,
         quick=args.quick,
+        memory=args.memory,
+        clock=args.clock,
     )
 
 
@@ -424,15 +457,19 @@ def make_step(
     return forward_backward
 
 
-def measure_time(step: Callable[[], Any], cfg: BenchConfig) -> tuple[float, float, int]:
-    """Median and interquartile range (seconds) of one call, and the number of timed blocks.
+def measure_time(step: Callable[[], Any], cfg: BenchConfig, threads: int) -> list[float]:
+    """Seconds per call of ``step``: at least ``cfg.repeats`` timings.
 
-    ``torch.utils.benchmark.Timer.blocked_autorange`` with ``cfg.threads``
-    intra-op threads (its own default is 1); it synchronises CUDA itself.
+    ``torch.utils.benchmark.Timer.blocked_autorange`` (``min_run_time``; each block's mean per call) with
+    ``threads`` intra-op threads (its own default is 1; it synchronises CUDA itself), topped up with timed
+    single calls when a slow call leaves fewer than ``cfg.repeats`` blocks.
     """
-    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=cfg.threads)
-    measurement = timer.blocked_autorange(min_run_time=cfg.min_run_time)
-    return float(measurement.median), float(measurement.iqr), len(measurement.times)
+    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=threads,
+                            timer=clock_for(cfg.clock, threads))
+    times = [float(t) for t in timer.blocked_autorange(min_run_time=cfg.min_run_time).times]
+    while len(times) < cfg.repeats:
+        times.append(float(timer.timeit(1).mean))
+    return times
 
 
 def _allocation_events(nodes: list[Any]) -> list[Any]:
@@ -508,6 +545,88 @@ def measure_memory_and_flops(step: Callable[[], Any], device: torch.device) -> t
     return int(peak), int(counter.get_total_flops())
 
 
+CLOCKS = ("wall", "cpu")
+
+
+def clock_for(clock: str, threads: int) -> Callable[[], float]:
+    """``time.process_time`` for ``clock="cpu"`` at 1 thread, else ``time.perf_counter`` (wall)."""
+    return time.process_time if clock == "cpu" and threads == 1 else time.perf_counter
+
+
+def _best_seconds(run: Callable[[], object], repeats: int, now: Callable[[], float] = time.perf_counter) -> float:
+    """Minimum seconds of ``run()`` (on the clock ``now``) over ``repeats`` calls after one untimed call."""
+    run()
+    best = math.inf
+    for _ in range(repeats):
+        start = now()
+        run()
+        best = min(best, now() - start)
+    return best
+
+
+def gemm_peak_gflops(size: int = 2048, repeats: int = 5, now: Callable[[], float] = time.perf_counter) -> float:
+    """fp32 matrix-multiply rate of ``torch.mm`` on two ``size``×``size`` matrices at the current thread count,
+    GFLOP/s (2·size³ FLOPs a product; the best of ``repeats``)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
+    out = torch.empty(size, size)
+    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b, out=out), repeats, now) / 1e9
+
+
+def elementwise_rate(op: str, numel: int = 2**16, repeats: int = 5, calls: int = 64,
+                     now: Callable[[], float] = time.perf_counter) -> float:
+    """Rate of the vectorised ``torch.<op>`` on a contiguous float32 tensor of ``numel`` elements at the current
+    thread count, G elements/s. The default 2¹⁶ elements (256 KiB in, 256 KiB out) stay in the L2 cache: the
+    arithmetic rate, the bound of a kernel that keeps its operands in cache. A tensor far larger than the
+    caches (``numel=2**24``, 64 MiB) measures memory bandwidth instead. ``calls`` calls are timed together, so
+    a torch op's per-call overhead counts little. Inputs lie in [0, 4) (``sqrt`` is defined; ``tanh`` saturates
+    no more than its pre-activations do)."""
+    x = torch.rand(numel, generator=torch.Generator().manual_seed(0)) * 4
+    out = torch.empty_like(x)
+    fn = getattr(torch, op)
+
+    def run() -> None:
+        for _ in range(calls):
+            fn(x, out=out)
+
+    return calls * numel / _best_seconds(run, repeats, now) / 1e9
+
+
+def measure_rates(ops: Iterable[str], repeats: int = 5, now: Callable[[], float] = time.perf_counter
+                  ) -> dict[str, Any]:
+    """The rates the bounds use, at the current thread count: ``gemm_gflops`` (:func:`gemm_peak_gflops`) and,
+    per elementwise op, ``{"in_cache": G/s, "streaming": G/s}`` (:func:`elementwise_rate` on 256 KiB and on
+    64 MiB); the bound uses the in-cache rate."""
+    rates: dict[str, Any] = {"gemm_gflops": gemm_peak_gflops(repeats=repeats, now=now)}
+    for op in sorted(set(ops)):
+        rates[op] = {"in_cache": elementwise_rate(op, repeats=repeats, now=now),
+                     "streaming": elementwise_rate(op, 2**24, repeats=max(2, repeats // 2), calls=1, now=now)}
+    return rates
+
+
+def case_work(score: str, cfg: BenchConfig, n: int, d: int) -> dict[str, int]:
+    """The forward's unavoidable work (:meth:`~attnbench.attention.base.ScoreFunction.work`) of ``score``
+    at B×H×n×d (the SDPA baseline: ``scaled_dot``'s)."""
+    fn = build_score_function("scaled_dot" if score == BASELINE_SCORE else score, n_heads=cfg.heads, head_dim=d)
+    return fn.work(cfg.batch, n, n, d)
+
+
+def bound_seconds(work: dict[str, int], rates: dict[str, Any], backward: bool = False) -> float:
+    """Seconds of ``work`` at its rates: FLOPs at the GEMM peak plus each elementwise op's count at its in-cache
+    rate. ``backward``: forward + backward, 3× the FLOPs (the backward's matrix products are twice the
+    forward's: dQ, dK from dS; dV, dP from dO) and 2× each elementwise op (recomputed, or its derivative, once
+    per element).
+
+    Raises:
+        KeyError: an op in ``work`` without a measured rate.
+    """
+    seconds = work["flops"] * (3 if backward else 1) / (rates["gemm_gflops"] * 1e9)
+    for op, count in work.items():
+        if op != "flops":
+            seconds += count * (2 if backward else 1) / (rates[op]["in_cache"] * 1e9)
+    return seconds
+
+
 def _is_oom(err: BaseException) -> bool:
     """True for an out-of-memory failure: ``torch.OutOfMemoryError`` (CUDA), ``MemoryError``, or the CPU
     allocator's ``RuntimeError`` ("can't allocate memory")."""
@@ -517,18 +636,23 @@ def _is_oom(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def run_case(cfg: BenchConfig, score: str, path: str, n: int, d: int, mode: str) -> dict[str, Any]:
-    """Measure one score × path × n × d × mode and return its result row.
+def run_case(cfg: BenchConfig, score: str, path: str, n: int, d: int, mode: str, threads: int = 1,
+             rates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Measure one score × path × n × d × mode at ``threads`` threads and return its result row.
 
     First the timing (``blocked_autorange`` warms up before it measures), then
-    one instrumented call for peak memory and FLOPs. Sizes over the memory
-    budget are skipped and an out-of-memory error is recorded as ``oom``;
-    neither raises.
+    one instrumented call for peak memory and FLOPs, and the bound of the score
+    function's work (:meth:`~attnbench.attention.base.ScoreFunction.work`) at
+    ``rates`` (:func:`measure_rates` at the same thread count; no bound without
+    them). Sizes over the memory budget are skipped and an out-of-memory error
+    is recorded as ``oom``; neither raises.
     """
     row: dict[str, Any] = dict(
         score=score, path=path, mode=mode, n=n, d=d, batch=cfg.batch, heads=cfg.heads,
-        dtype=str(cfg.dtype).removeprefix("torch."), device=str(cfg.device), time_s=None, time_iqr_s=None,
-        time_runs=None, peak_mem_bytes=None, flops=None, est_mem_bytes=None, status="ok", note="",
+        dtype=str(cfg.dtype).removeprefix("torch."), device=str(cfg.device), threads=threads,
+        clock="cpu" if clock_for(cfg.clock, threads) is time.process_time else "wall", time_s=None,
+        time_iqr_s=None, time_runs=None, time_min_s=None, times_s=None, peak_mem_bytes=None, flops=None,
+        est_mem_bytes=None, work=None, bound_s=None, bound_fraction=None, status="ok", note="",
     )
     element_size = torch.empty((), dtype=cfg.dtype).element_size()
     try:
@@ -543,8 +667,17 @@ def run_case(cfg: BenchConfig, score: str, path: str, n: int, d: int, mode: str)
                            f"{_fmt_gb(cfg.max_mem_bytes)} (--max-mem-gb)")
             return row
         step = make_step(attention, module, cfg, n, d, mode)
-        row["time_s"], row["time_iqr_s"], row["time_runs"] = measure_time(step, cfg)
-        row["peak_mem_bytes"], row["flops"] = measure_memory_and_flops(step, cfg.device)
+        times = measure_time(step, cfg, threads)
+        quartiles = torch.tensor(times, dtype=torch.float64).quantile(torch.tensor([0.25, 0.5, 0.75],
+                                                                                   dtype=torch.float64))
+        row.update(time_s=float(quartiles[1]), time_iqr_s=float(quartiles[2] - quartiles[0]),
+                   time_runs=len(times), time_min_s=min(times), times_s=times)
+        if cfg.memory:
+            row["peak_mem_bytes"], row["flops"] = measure_memory_and_flops(step, cfg.device)
+        row["work"] = case_work(score, cfg, n, d)
+        if rates is not None:
+            row["bound_s"] = bound_seconds(row["work"], rates, backward=mode == "fwd_bwd")
+            row["bound_fraction"] = row["bound_s"] / row["time_min_s"]
     except Exception as err:  # noqa: BLE001 - one failing size must not stop the sweep
         if _is_oom(err):
             row["status"] = "oom"
@@ -553,7 +686,7 @@ def run_case(cfg: BenchConfig, score: str, path: str, n: int, d: int, mode: str)
         else:
             row["status"] = "error"
         row["note"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
-        row["time_s"] = row["time_iqr_s"] = row["time_runs"] = None
+        row["time_s"] = row["time_iqr_s"] = row["time_runs"] = row["time_min_s"] = row["times_s"] = None
     finally:
         if cfg.device.type == "cuda":  # on CPU freed tensors go straight back; gc.collect() costs ~0.1 s
             gc.collect()
@@ -567,24 +700,87 @@ def cases(cfg: BenchConfig) -> list[tuple[str, str, int, int, str]]:
     return [(s, p, n, d, m) for n, d in cfg.sizes for m in cfg.modes for s, p in combos]
 
 
-def run_benchmark(cfg: BenchConfig, console: Any) -> list[dict[str, Any]]:
-    """Run every case, printing one progress line per row; returns the rows."""
-    rows = []
-    todo = cases(cfg)
-    for i, (score, path, n, d, mode) in enumerate(todo, 1):
-        row = run_case(cfg, score, path, n, d, mode)
+def run_benchmark(cfg: BenchConfig, console: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run every case at each thread count, printing one progress line per row; returns the rows and the
+    rates of each thread count (``{"1": measure_rates(...), ...}``), measured just before its cases."""
+    rows: list[dict[str, Any]] = []
+    all_rates: dict[str, Any] = {}
+    todo = [(t, *case) for t in cfg.threads for case in cases(cfg)]
+    ops = {op for score in cfg.scores for op in case_work(score, cfg, 8, 8) if op != "flops"}
+    threads_before = torch.get_num_threads()
+    for i, (threads, score, path, n, d, mode) in enumerate(todo, 1):
+        torch.set_num_threads(threads)
+        if str(threads) not in all_rates:
+            rates = measure_rates(ops, cfg.repeats, clock_for(cfg.clock, threads)) \
+                if cfg.device.type == "cpu" and cfg.dtype == torch.float32 else None
+            all_rates[str(threads)] = rates
+            if rates is not None:
+                console.print(f"{threads} thread(s): " + rates_line(rates), highlight=False)
+        try:
+            row = run_case(cfg, score, path, n, d, mode, threads, all_rates[str(threads)])
+        finally:
+            torch.set_num_threads(threads_before)
         rows.append(row)
         if row["status"] == "ok":
-            detail = (f"{row['time_s'] * 1e3:9.3f} ms  {_fmt_bytes(row['peak_mem_bytes']):>10}  "
-                      f"{row['flops'] / 1e6:10.1f} MFLOP")
+            detail = f"{row['time_s'] * 1e3:9.3f} ms"
+            if row["flops"] is not None:
+                detail += f"  {_fmt_bytes(row['peak_mem_bytes']):>10}  {row['flops'] / 1e6:10.1f} MFLOP"
         elif row["status"] == "skipped_mem":
             detail = (f"[yellow]skipped: {score} {path} at n={n}, d={d} would need "
                       f"{_fmt_gb(row['est_mem_bytes'])} > budget {_fmt_gb(cfg.max_mem_bytes)}[/]")
         else:
             detail = f"[red]{row['status']}: {row['note']}[/]"
-        console.print(f"[{i:3d}/{len(todo)}] {score:>15} {path:>5} {mode:>7} n={n:<5d} d={d:<4d} {detail}",
-                      highlight=False)
-    return rows
+        if row["bound_fraction"] is not None:
+            detail += f"  {row['bound_fraction']:4.0%} of bound"
+        console.print(f"[{i:3d}/{len(todo)}] t={threads} {score:>15} {path:>5} {mode:>7} n={n:<5d} d={d:<4d} "
+                      f"{detail}", highlight=False)
+    return rows, all_rates
+
+
+def rates_line(rates: dict[str, Any]) -> str:
+    """The rates in one line: GEMM peak, then each elementwise op in cache (the bound) and streaming."""
+    return f"fp32 GEMM peak (torch.mm 2048²) {rates['gemm_gflops']:.1f} GFLOP/s" + "".join(
+        f"; torch.{op} {r['in_cache']:.2f} G/s in cache (the bound), {r['streaming']:.2f} G/s on 64 MiB"
+        for op, r in rates.items() if op != "gemm_gflops")
+
+
+def fit_exponents(rows: list[dict[str, Any]], level: float = 0.95, top_sizes: int = 4) -> list[dict[str, Any]]:
+    """Fitted exponents of time in n (at d = the n sweep's d) and in d (at the d sweep's n): for each score,
+    path, mode and thread count with >= 3 sizes along an axis, the OLS slope of log time on log size over every
+    timing of every size (``times_s``), with its ``level`` t-interval (``scipy.stats.linregress``). Sizes are
+    the sweep's rows whose other dimension is the most common one (the fixed value of that sweep). Where an axis
+    has more than ``top_sizes`` sizes, a second fit over its ``top_sizes`` largest (``top``: True) gives the
+    growth once per-call overhead no longer counts.
+
+    Returns:
+        One dict per fit: score, path, mode, threads, axis ("n" or "d"), fixed (the other dimension's value),
+        top, sizes, timings, exponent, ci_low, ci_high.
+    """
+    from collections import Counter
+
+    from scipy import stats
+
+    ok = [r for r in rows if r["status"] == "ok" and r.get("times_s")]
+    fits = []
+    for axis, other in (("n", "d"), ("d", "n")):
+        groups: dict[tuple, list[dict[str, Any]]] = {}
+        for r in ok:
+            groups.setdefault((r["score"], r["path"], r["mode"], r["threads"]), []).append(r)
+        for (score, path, mode, threads), members in groups.items():
+            fixed = Counter(r[other] for r in members).most_common(1)[0][0]
+            line = sorted((r for r in members if r[other] == fixed), key=lambda r: r[axis])
+            spans = [(line, False)] + ([(line[-top_sizes:], True)] if len(line) > top_sizes else [])
+            for part, top in spans:
+                if len(part) < 3:
+                    continue
+                xs = [math.log(r[axis]) for r in part for _ in r["times_s"]]
+                ys = [math.log(t) for r in part for t in r["times_s"]]
+                fit = stats.linregress(xs, ys)
+                half = stats.t.ppf(0.5 + level / 2, len(xs) - 2) * fit.stderr
+                fits.append(dict(score=score, path=path, mode=mode, threads=threads, axis=axis, fixed=fixed,
+                                 top=top, sizes=[r[axis] for r in part], timings=len(xs), exponent=fit.slope,
+                                 ci_low=fit.slope - half, ci_high=fit.slope + half))
+    return fits
 
 
 # ------------------------------------------------------------------------------------------- reporting
@@ -621,6 +817,7 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -660,7 +857,7 @@ def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_
         for n, d in cfg.sizes:
             base = by_key.get((BASELINE_SCORE, BASELINE_PATH, n, d, mode))
             ok = base is not None and base["status"] == "ok"
-            baseline_cells.append(absolute(base[metric]) if ok else "-")
+            baseline_cells.append(absolute(base[metric]) if ok and base[metric] is not None else "-")
         table.add_row("sdpa (absolute)", *baseline_cells, style="bold")
         for score, path in combos:
             cells = []
@@ -673,6 +870,8 @@ def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_
                     cells.append(f"[yellow]skip ({_fmt_gb(row['est_mem_bytes'])})[/]")
                 elif row["status"] != "ok":
                     cells.append(f"[red]{row['status']}[/]")
+                elif row[metric] is None:  # not measured (--no-memory)
+                    cells.append("-")
                 elif base is None or base["status"] != "ok" or not base[metric]:
                     cells.append("?")
                 else:
@@ -737,16 +936,22 @@ def plot_results(rows: list[dict[str, Any]], cfg: BenchConfig) -> list[Path]:
     return paths
 
 
-def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """``results.csv`` (one row per case, empty cells for missing values) and ``results.json`` (meta + rows)."""
+def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path,
+                  exponents: list[dict[str, Any]] | None = None) -> tuple[Path, Path]:
+    """``results.csv`` (one row per case, empty cells for missing values) and ``results.json`` (meta, rows and
+    the fitted exponents), each written atomically."""
     csv_path, json_path = out / "results.csv", out / "results.json"
-    with open(csv_path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_COLUMNS})
-    with open(json_path, "w") as fh:
-        json.dump({"meta": meta, "rows": rows}, fh, indent=2)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_COLUMNS})
+    for path, text in ((csv_path, buffer.getvalue()),
+                       (json_path, json.dumps({"meta": meta, "rows": rows, "exponents": exponents or []},
+                                              indent=2))):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     return csv_path, json_path
 
 
@@ -818,12 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
     cfg = build_config(parse_args(argv))
     cfg.out.mkdir(parents=True, exist_ok=True)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    try:
-        return _run(cfg, console)
-    finally:
-        torch.set_num_threads(threads_before)  # main() may be called in-process (tests)
+    return _run(cfg, console)
 
 
 def _run(cfg: BenchConfig, console: Any) -> int:
@@ -832,7 +1032,7 @@ def _run(cfg: BenchConfig, console: Any) -> int:
     console.print(
         f"[bold]attnbench attention cost benchmark[/]  torch {hardware['torch']}  device {cfg.device}"
         + (f" ({hardware['gpu']})" if "gpu" in hardware else "")
-        + f"  CPU {hardware['cpu']} ({hardware['cpu_count']} logical cores, {cfg.threads} torch threads)",
+        + f"  CPU {hardware['cpu']} ({hardware['cpu_count']} logical cores, {','.join(map(str, cfg.threads))} torch threads)",
         highlight=False,
     )
     console.print(
@@ -842,14 +1042,15 @@ def _run(cfg: BenchConfig, console: Any) -> int:
     )
 
     load = hardware["load_avg_1min"]
-    if cfg.device.type == "cpu" and load is not None and load >= 0.5 and load + cfg.threads > (os.cpu_count() or 1):
+    if cfg.device.type == "cpu" and load is not None and load >= 0.5 and load + max(cfg.threads) > (os.cpu_count() or 1):
         console.print(
             f"[yellow]warning: the CPUs are busy (1-min load {load:.1f} on {os.cpu_count()} cores, "
-            f"{cfg.threads} torch thread(s) wanted); CPU timings will be inflated and noisy, worst when threads "
+            f"{max(cfg.threads)} torch thread(s) wanted); CPU timings will be inflated and noisy, worst when threads "
             f"wait on a descheduled sibling. Prefer an idle machine, or fewer --threads.[/]", highlight=False,
         )
 
-    rows = run_benchmark(cfg, console)
+    rows, rates = run_benchmark(cfg, console)
+    exponents = fit_exponents(rows)
 
     notes = [
         "time_s: median seconds per call (torch.utils.benchmark.Timer.blocked_autorange); fwd = forward under "
@@ -863,13 +1064,17 @@ def _run(cfg: BenchConfig, console: Any) -> int:
         "a score function without its own attend runs the same code on both paths.",
         RATIO_NOTE,
     ]
-    meta = {"config": config_dict(cfg), "hardware": hardware, "notes": notes,
+    notes.append(BOUND_NOTE)
+    meta = {"config": config_dict(cfg), "hardware": hardware, "notes": notes, "rates": rates,
             "created": dt.datetime.now().isoformat(timespec="seconds"), "command": sys.argv}
-    csv_path, json_path = write_results(rows, meta, cfg.out)
-    pngs = plot_results(rows, cfg)
+    csv_path, json_path = write_results(rows, meta, cfg.out, exponents)
+    pngs = plot_results([r for r in rows if r["threads"] == max(cfg.threads)], cfg)
 
-    for table in ratio_tables(rows, cfg, "fwd_bwd" if "fwd_bwd" in cfg.modes else "fwd"):
-        console.print(table)
+    for threads in cfg.threads:
+        mine = [r for r in rows if r["threads"] == threads]
+        for table in ratio_tables(mine, cfg, "fwd_bwd" if "fwd_bwd" in cfg.modes else "fwd"):
+            table.title = f"{table.title}, {threads} thread(s)"
+            console.print(table)
     for note in (RATIO_NOTE, *notes[1:3]):
         console.print(f"[dim]{note}[/]", highlight=False)
     skipped = [r for r in rows if r["status"] != "ok"]

@@ -535,7 +535,7 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
             manifest["jobs"].pop(key, None)  # status) would be read as this run's; a resume extends its own
         entry = manifest["jobs"].setdefault(key, {})
         entry.update(estimate_key=job.estimate_key, overrides=job.overrides, command=" ".join(cmd[1:]),
-                     parallel_jobs=parallel)
+                     parallel_jobs=parallel, cpus=sorted(cpus) if cpus is not None else None)
         entry.setdefault("commits", [])
         if commit not in entry["commits"]:
             entry["commits"].append(commit)

@@ -108,6 +108,73 @@ class FreshOutputDir(HydraCallback):
             print(f"{wanted} already holds another run; this one writes to {got}", file=sys.stderr)
 
 
+def split_cpus(cpus: list[int], n_jobs: int) -> list[list[int]]:
+    """``cpus`` in ``n_jobs`` equal contiguous groups (a remainder is left unused).
+
+    Raises:
+        ConfigError: more jobs than CPUs.
+    """
+    if not 1 <= n_jobs <= len(cpus):
+        raise ConfigError(f"hydra.launcher.n_jobs={n_jobs}: this process may use {len(cpus)} CPU(s) ({cpus}); "
+                          f"choose 1 to {len(cpus)}")
+    size = len(cpus) // n_jobs
+    return [cpus[i * size:(i + 1) * size] for i in range(n_jobs)]
+
+
+class PinCores(HydraCallback):
+    """Hydra callback: each job of a parallel sweep on one machine (``launcher=cores``: joblib, ``n_jobs`` at
+    once) runs on its own disjoint set of CPUs with as many intra-op threads, so two 1-core jobs on a 2-core
+    machine never share a core.
+
+    Built in the launching process, it splits the CPUs that process may use into ``n_jobs`` groups
+    (:func:`split_cpus`). In the job's process (a joblib worker) :meth:`on_job_start` claims the first free
+    group with an exclusive ``flock`` on ``<sweep dir>/.attnbench-cpus/<i>.lock`` (held until :meth:`on_job_end`;
+    the OS releases it if the worker dies), pins every thread of the process to it (``sched_setaffinity``)
+    and sets ``OMP_NUM_THREADS`` and, where torch is already imported, ``torch.set_num_threads`` to its size.
+    The run records the set in ``metrics.json`` (``cpus``, ``torch_threads``). Without CPU affinity (not Linux)
+    it does nothing.
+
+    Args:
+        n_jobs: jobs at once (``${hydra.launcher.n_jobs}``).
+    """
+
+    def __init__(self, n_jobs: int) -> None:
+        self.groups = (split_cpus(sorted(os.sched_getaffinity(0)), int(n_jobs))
+                       if hasattr(os, "sched_setaffinity") else [])
+        self._held: Any = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.types import RunMode
+
+        if not self.groups or config.hydra.mode != RunMode.MULTIRUN:
+            return
+        import fcntl
+
+        folder = Path(str(config.hydra.sweep.dir)) / ".attnbench-cpus"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, group in enumerate(self.groups):
+            handle = open(folder / f"{i}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            self._held = handle
+            for task in os.listdir("/proc/self/task"):  # every thread, as `taskset -a`: OpenMP's too
+                os.sched_setaffinity(int(task), group)
+            os.environ["OMP_NUM_THREADS"] = str(len(group))
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(len(group))
+            return
+        log.warning("PinCores: every CPU group is taken (more jobs at once than hydra.launcher.n_jobs); this job "
+                    "runs unpinned")
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+
 SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
 _SWEEP: dict[str, Any] = {"dir": None, "held": None}  # the multirun of this (main) process, set when it starts
 

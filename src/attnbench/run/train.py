@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
@@ -391,6 +392,10 @@ def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt
         "output_dir": str(output_dir),
         "best_checkpoint": best or None,
         "world_size": world_size,
+        # where it ran: the CPUs it could use (a sweep's jobs pinned side by side each name their own) and its
+        # intra-op threads
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch_threads": torch.get_num_threads(),
     }
     if ckpt_path:
         info["resumed_from"] = ckpt_path

@@ -577,8 +577,9 @@ def test_composition_refuses_what_train_py_refuses(hydra_configs):
 
 #: Keys the docs name on purpose although no config has them.
 NOT_KEYS = {"model.d_modle",  # docs/troubleshooting.md: what a misspelt key prints
-            "data.data_files.train"}  # an entry of `data.data_files={train: ...}` (null in the presets), as the
-# message of a missing data file names it (docs/data.md, docs/troubleshooting.md)
+            "data.data_files.train",  # an entry of `data.data_files={train: ...}` (null in the presets), as the
+            # message of a missing data file names it (docs/data.md, docs/troubleshooting.md)
+            "trainer.accumulate_grad_batches"}  # a Lightning Trainer argument the docs add with `+trainer.`
 #: Python names the docs use that a source checkout does not import: the installed wheel's config package
 #: (`conf/` as `attnbench.conf`, tests/test_packaging.py).
 #: dotted names that are not Python objects: the configs' package, a config resolver (``${attnbench.score_functions:}``)

@@ -67,7 +67,7 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("model.n_layers=-1", "invalid config: model sizes must be >= 1, got {'n_layers': -1}"),
     ("model.attn_dropout=-0.1", "invalid config: model.attn_dropout must be in [0, 1), got -0.1"),
     ("model.dropout=1.0", "invalid config: model.dropout must be in [0, 1), got 1.0"),
-    ("model.pooling=avg", "invalid config: model.pooling must be 'mean', 'max' or 'cls', got 'avg'"),
+    ("model.pooling=avg", "invalid config: model.pooling must be one of mean, max, cls, last, got 'avg'"),
     ("data.max_length=0", "data.max_length must be an integer >= 1, got 0"),
     ("data.eval_batch_size=-1", "data.eval_batch_size must be an integer >= 1, got -1"),
     ("attention.name=bilinear", ("invalid config: unknown score function 'bilinear'; choose one of: "

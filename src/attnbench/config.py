@@ -37,7 +37,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 OPTIM_IMPLS = ("for_loop", "foreach", "fused")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 WANDB_MODES = ("auto", "online", "offline", "disabled")
-POOLINGS = ("mean", "max", "cls")
+POOLINGS = ("mean", "max", "cls", "last")
 # Precisions whose weights (and so AdamW's moments) are float16: AdamW's eps 1e-8 rounds to 0 there and the
 # second moments of small gradients underflow to 0, so the first update divides 0 by 0 (NaN at step 1).
 FLOAT16_WEIGHTS = ("16-true", "transformer-engine-float16")
@@ -260,7 +260,7 @@ def check_model(model: Any) -> None:
         if _number(m.get(name)) and not 0.0 <= m[name] < 1.0:
             raise ConfigError(f"invalid config: model.{name} must be in [0, 1), got {m[name]}")
     if "pooling" in m and m["pooling"] not in POOLINGS:
-        raise ConfigError(f"invalid config: model.pooling must be 'mean', 'max' or 'cls', got {m['pooling']!r}")
+        raise ConfigError(f"invalid config: model.pooling must be one of {', '.join(POOLINGS)}, got {m['pooling']!r}")
     d_model, n_heads = m.get("d_model"), m.get("n_heads")
     if m.get("head_dim") is None and _integer(d_model) and _integer(n_heads) and d_model % n_heads:
         raise ConfigError(f"invalid config: d_model={d_model} is not divisible by n_heads={n_heads}; "

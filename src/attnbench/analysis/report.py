@@ -71,6 +71,8 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     STATUS_OK,
     MIN_CPU_SHARE,
     VAL_HISTORY_COLUMNS,
+    NO_DISCRIMINATION,
+    control_gaps,
     convergence_counts,
     disturbed_runs,
     flatten_config,
@@ -755,6 +757,35 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     return "\n".join(lines)
 
 
+def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
+    """The control section's Markdown: per setting, :data:`~attnbench.experiments.registry.BASELINE` minus the
+    :data:`~attnbench.experiments.registry.CONTROL` (paired by seed, 95% interval) and the verdict of
+    :func:`~attnbench.analysis.stats.control_gaps`; ``""`` where the runs hold no such pair."""
+    from attnbench.experiments.registry import BASELINE, CONTROL
+
+    gaps = control_gaps(jobs, swept, BASELINE, CONTROL)
+    if gaps.empty:
+        return ""
+    setting_keys = [c for c in gaps.columns if c not in ("n", "gap", "gap_lo", "gap_hi", "baseline_acc",
+                                                          "control_acc", "discriminates", "verdict")]
+    headers = [*setting_keys, "paired seeds", f"{BASELINE} test acc", f"{CONTROL} test acc",
+               f"{BASELINE} − {CONTROL} (paired, 95% CI)", "verdict"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for _, r in gaps.iterrows():
+        gap = (f"{r.gap:+.4f} ({ONE_SEED})" if math.isnan(r.gap_lo)
+               else f"{r.gap:+.4f} [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]")
+        verdict = f"**{r.verdict}**" if r.verdict == NO_DISCRIMINATION else r.verdict
+        lines.append("| " + " | ".join([*(_fmt(r[k]) for k in setting_keys), str(int(r.n)), f"{r.baseline_acc:.4f}",
+                                         f"{r.control_acc:.4f}", gap, verdict]) + " |")
+    return "\n".join([
+        f"## Does attention matter here? (the `{CONTROL}` control)", "",
+        f"`{CONTROL}` gives every non-padding key the same weight: attention without content, a masked mean of the "
+        f"values. Where `{BASELINE}` does not beat it beyond the 95% interval of their paired difference (same "
+        f"seed and setting), the setting is marked *{NO_DISCRIMINATION}*: what the score functions differ in is "
+        "not what the task's accuracy rests on, and a null difference between them there says nothing about them.",
+        "", *lines])
+
+
 def fixed_text(fixed: dict[str, str]) -> str:
     """The settings held fixed as Markdown lines, one per top-level config key (``- data: max_length=64, ...``)."""
     if not fixed:
@@ -1005,6 +1036,9 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         lines += ["No job finished.", ""]
     else:
         lines += [markdown_table(table, variant_keys, baseline), ""]
+        control = control_text(jobs, swept)
+        if control:
+            lines += [control, ""]
     stopped = stopped_table(jobs, swept)
     if stopped:
         lines += ["## Runs stopped by the wall-time cap (unfinished)", "",

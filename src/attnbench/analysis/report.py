@@ -88,6 +88,8 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     summarise,
 )
 
+from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity
+
 # Hydra keys that never define a variant
 IGNORED_KEYS = {"hydra.sweep.dir", "hydra.run.dir", "hydra.mode"}
 
@@ -969,6 +971,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
         out[name] = fig
+    if LOAD in table and "attention" in table:
+        out["capacity.png"] = capacity_figure(table, _title("", fixed, width=110))
     return out
 
 
@@ -1039,6 +1043,12 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         control = control_text(jobs, swept)
         if control:
             lines += [control, ""]
+        if LOAD in variant_keys and "attention" in variant_keys:
+            lines += [f"## Capacity: test accuracy against memory load ({LOAD})", "",
+                      "Mean over seeds [95% Student-t interval]. *Holds to* P: every load up to P has its interval's "
+                      f"lower end >= {THRESHOLD}; *below from* Q: the smallest load whose upper end is < {THRESHOLD}; "
+                      "the crossing lies between them (attnbench.analysis.capacity).", "",
+                      render_capacity(table)]
     stopped = stopped_table(jobs, swept)
     if stopped:
         lines += ["## Runs stopped by the wall-time cap (unfinished)", "",

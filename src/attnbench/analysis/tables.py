@@ -24,7 +24,7 @@ variant: the variant keys, ``n``, ``acc_mean``/``acc_std``/``acc_ci``, ``diff_me
 ``train_tok_s``/``test_tok_s``/``train_steps_s``, ``peak_mem_mb``, ``params``, the diagnostics and, for runs
 ``trainer.max_time`` stopped, ``n_stopped``/``steps_done``/``steps_planned``/``sec_per_step``/``extrapolated_sec``),
 which ``attnbench reproduce`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
-``compare``, ``head_dim_sweep`` and ``long_context`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
+``compare``, ``head_dim_sweep``, ``long_context`` and ``capacity`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
 (:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
 
 1. commit ``docs/results/<device>/<stage>.csv`` (what ``attnbench reproduce`` wrote);
@@ -491,10 +491,27 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
 COMPARED_WITH = {"docs/results/cpu/archive/compare-57b5f5b/compare_jobs.csv": "docs/results/cpu/compare_jobs.csv"}
 
 
+def render_capacity(rows: list[dict[str, str]]) -> str:
+    """Per head dim, test accuracy mean [95% interval] of each score function at each memory load
+    (``data.num_pairs``) and where its curve falls below 90% (:func:`attnbench.analysis.capacity.render_capacity`).
+
+    Raises:
+        ValueError: the report.csv has no ``data.num_pairs`` or ``attention`` column.
+    """
+    import pandas as pd
+
+    from attnbench.analysis.capacity import render_capacity as capacity_table
+
+    if not rows:
+        raise ValueError("report.csv has no rows")
+    return capacity_table(pd.DataFrame(rows))
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
     "long_context": render_long_context,
+    "capacity": render_capacity,
 }
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
@@ -515,8 +532,9 @@ def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
     return sorted([*root.glob("*.md"), *(root / "docs").rglob("*.md")])
 
 
-#: the setting column each stage's table is organised by (the renderers' ``_by_setting`` key)
-STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_context": "data.max_length"}
+#: the setting column(s) each stage's table is organised by (the renderers' ``_by_setting`` key; capacity: two)
+STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_context": "data.max_length",
+                 "capacity": ("data.num_pairs", "model.head_dim")}
 
 
 def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str]] | None, key: str,
@@ -577,7 +595,9 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
             jobs = root / (source[:-len(".csv")] + "_jobs.csv")
             jobs_rows = list(csv.DictReader(io.StringIO(jobs.read_text(encoding="utf-8")))) if jobs.is_file() \
                 else None
-            rows = fill_fixed_setting(rows, jobs_rows, STAGE_SETTING[stage], source)
+            keys = STAGE_SETTING[stage]
+            for key in (keys,) if isinstance(keys, str) else keys:
+                rows = fill_fixed_setting(rows, jobs_rows, key, source)
         try:
             return RENDERERS[source](rows)
         except ValueError as err:

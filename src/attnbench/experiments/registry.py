@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 #: the training stages ``attnbench reproduce`` runs, in order (each ``conf/experiment/<stage>.yaml``)
-TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context")
+TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context", "capacity")
 #: every stage: the training stages, then the cost benchmarks (``attnbench bench attention`` / ``bench train``)
 STAGES = (*TRAIN_STAGES, "cost")
 #: the score function the reports pair every other one with (``attnbench report --baseline``, its default)

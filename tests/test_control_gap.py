@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import statistics
 
@@ -79,3 +81,22 @@ def test_report_section_marks_the_settings():
     # no uniform run, or attention not swept: no section
     assert report.control_text(_jobs({k: v for k, v in ACCURACY.items() if k[1] != "uniform"}), SWEPT) == ""
     assert report.control_text(_jobs(), ["data", "seed"]) == ""
+
+
+def test_published_control_table_uses_the_same_rule(tmp_path):
+    """attnbench tables renders a probe's report.csv with the report's verdict: summarise's diff of the uniform row
+    negated, its interval, and the mark where the interval reaches 0."""
+    from attnbench.analysis import tables
+
+    for data, expected in (("recall", "scaled_dot beats uniform: attention matters here"),
+                           ("trec", NO_DISCRIMINATION)):
+        jobs = _jobs({k: v for k, v in ACCURACY.items() if k[0] == data})
+        report.summarise(jobs, ["attention", "seed"]).to_csv(tmp_path / f"{data}.csv", index=False)
+        rows = list(csv.DictReader(io.StringIO((tmp_path / f"{data}.csv").read_text())))
+        text = tables.render_control(rows, task=data)
+        mean, lo, hi = _paired(data)
+        base, control = (statistics.fmean(ACCURACY[(data, name)]) for name in ("scaled_dot", "uniform"))
+        assert f"{base:.4f} ± " in text and f"{control:.4f} ± " in text
+        assert text.splitlines()[2].startswith(f"| {data} | 3 | ")
+        assert text.splitlines()[2].endswith(f"| {tables._sign(mean)} "
+                                                 f"[{tables._sign(lo)}, {tables._sign(hi)}] | {expected} |")

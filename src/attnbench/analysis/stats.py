@@ -522,6 +522,18 @@ def headline(fixed: dict[str, str], limit: int = 10) -> str:
 NO_DISCRIMINATION = "this task does not discriminate score functions"
 
 
+def control_verdict(gap: float, half: float, n: int, baseline: str = "scaled_dot",
+                    control: str = "uniform") -> tuple[bool | None, str]:
+    """``(discriminates, verdict)`` of a paired gap ``baseline - control`` with 95% half-width ``half`` over ``n``
+    paired replicates: True where the interval's lower end is above 0, None (undetermined) for n < 2 or no
+    interval, else False with :data:`NO_DISCRIMINATION`."""
+    if n < 2 or math.isnan(half):
+        return None, f"undetermined: {n} paired seed, no interval"
+    if gap - half > 0:
+        return True, f"{baseline} beats {control}: attention matters here"
+    return False, NO_DISCRIMINATION
+
+
 def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot",
                  control: str = "uniform") -> pd.DataFrame:
     """Per setting (the variant keys other than ``attention``), whether ``baseline`` beats the content-free
@@ -560,11 +572,6 @@ def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_d
         row = {k: r[k] for k in setting_keys}
         row.update(n=n, gap=gap, gap_lo=gap - half, gap_hi=gap + half, baseline_acc=float(base["acc_mean"].iloc[0]),
                    control_acc=float(r["acc_mean"]))
-        if n < 2 or math.isnan(half):
-            row["discriminates"], row["verdict"] = None, f"undetermined: {n} paired seed, no interval"
-        elif gap - half > 0:
-            row["discriminates"], row["verdict"] = True, f"{baseline} beats {control}: attention matters here"
-        else:
-            row["discriminates"], row["verdict"] = False, NO_DISCRIMINATION
+        row["discriminates"], row["verdict"] = control_verdict(gap, half, n, baseline, control)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import difflib
+import functools
 import io
 import json
 import math
@@ -507,6 +508,32 @@ def render_capacity(rows: list[dict[str, str]]) -> str:
     return capacity_table(pd.DataFrame(rows))
 
 
+def render_control(rows: list[dict[str, str]], task: str = "") -> str:
+    """One row, named ``task``: test accuracy of ``scaled_dot`` and of the ``uniform`` control, their paired difference (the
+    report's ``diff_*`` of the control's row, negated) with its 95% interval, and the verdict of
+    :func:`attnbench.analysis.stats.control_verdict` ("this task does not discriminate score functions" where the
+    interval reaches 0).
+
+    Raises:
+        ValueError: the report.csv lacks the ``scaled_dot`` or the ``uniform`` row.
+    """
+    from attnbench.analysis.stats import control_verdict
+    from attnbench.experiments.registry import CONTROL
+
+    (by_attention,) = _by_setting(rows, None).values()
+    missing = [name for name in (BASELINE, CONTROL) if name not in by_attention]
+    if missing:
+        raise ValueError(f"report.csv has no row for {', '.join(missing)}: the control table pairs {BASELINE} "
+                         f"with {CONTROL}")
+    base, control = by_attention[BASELINE], by_attention[CONTROL]
+    gap, half, n = -_num(control["diff_mean"]), _num(control["diff_ci"]), int(_num(control["diff_n"]))
+    verdict = control_verdict(gap, half, n, BASELINE, CONTROL)[1]
+    interval = "no interval" if math.isnan(half) else f"[{_sign(gap - half)}, {_sign(gap + half)}]"
+    return (f"| task | paired seeds | `{BASELINE}` test acc | `{CONTROL}` test acc | {BASELINE} − {CONTROL} (paired, 95% CI) "
+            "| verdict |\n|---|---|---|---|---|---|\n"
+            f"| {task} | {n} | {_acc(base)[0]} | {_acc(control)[0]} | {_sign(gap)} {interval} | {verdict} |\n")
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
@@ -516,6 +543,11 @@ STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
+#: the uniform-control probes (3 seeds each, outside the published stages): their report.csv and the task they ran
+CONTROL_PROBES = {"assoc_recall": "associative recall, 8 pairs (`data=assoc_recall model=recall`, 3 epochs)",
+                  "trec": "TREC (`experiment=compare data=trec`, 10 epochs)"}
+RENDERERS.update({f"docs/results/cpu/probes/uniform_control/{data}.csv": functools.partial(render_control, task=task)
+                  for data, task in CONTROL_PROBES.items()})
 RENDERERS["docs/results/cpu/probes/imdb_epochs/probe.json"] = render_epoch_probe
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})

@@ -20,7 +20,10 @@ Per variant the report gives the number of seeds, test accuracy mean ± sample s
 interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
 paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
 inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
-the final attention entropy, saturation and largest score. A run that ``trainer.max_time`` stopped before its
+the final attention entropy, saturation and largest score. Where ``scaled_dot`` and the ``uniform`` control both
+ran, a section pairs them by seed per setting and marks each setting where ``scaled_dot`` does not beat the
+control beyond the paired 95% interval: *this task does not discriminate score functions*
+(:func:`attnbench.analysis.stats.control_gaps`). A run that ``trainer.max_time`` stopped before its
 step budget (``stopped_by: max_time`` in its ``metrics.json``) is marked *unfinished*: its accuracy is left out
 of the statistics, and the report gives its measured seconds per step and the time its whole budget would take
 at that rate (planned steps / steps per second) instead, in the table and in a section of its own.
@@ -32,6 +35,9 @@ Plots (PNG, next to ``report.md``):
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
 - ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
   score function per setting of the other swept keys (e.g. per dataset);
+- ``capacity.png`` (when ``data.num_pairs`` and ``attention`` are swept, ``experiment=capacity``): test accuracy
+  against memory load per score function, one panel per head dim (:mod:`attnbench.analysis.capacity`), beside
+  the report's Capacity section: where each curve falls below 90%;
 - ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
   ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 

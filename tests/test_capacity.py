@@ -87,3 +87,11 @@ def test_published_csv_renders_with_a_head_dim_from_its_jobs(tmp_path):
     text = tables.render("docs/results/cpu/capacity.csv", tmp_path)
     assert text.startswith("| d_k = 8 | 8 pairs |") and "holds to 16, below from 32 |" in text
     assert text == render_capacity(report.summarise(jobs, ["data.num_pairs", "model.head_dim", "attention", "seed"]))
+
+
+def test_a_report_of_one_head_dim_names_it_from_the_fixed_settings(tmp_path):
+    jobs = _jobs()
+    jobs = jobs[jobs["model.head_dim"] == 64].drop(columns="model.head_dim")
+    markdown = report.build_report(jobs, ["data.num_pairs", "attention", "seed"], "hand", tmp_path,
+                                   fixed={"model.head_dim": "64"})
+    assert "| d_k = 64 | 8 pairs |" in markdown and "holds to 32 (the largest load tested) |" in markdown

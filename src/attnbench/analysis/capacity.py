@@ -25,6 +25,16 @@ LOAD, HEAD_DIM = "data.num_pairs", "model.head_dim"
 THRESHOLD = 0.9
 
 
+def with_head_dim(table: pd.DataFrame, fixed: dict[str, str] | None) -> pd.DataFrame:
+    """``table`` with its ``model.head_dim`` column; where the runs did not vary it (the report names only varied
+    settings), its one value from the report's fixed settings (``fixed``), so that the curve is labelled by its d_k.
+    ``table`` unchanged when it has the column or ``fixed`` lacks it (or holds ``null``: d_model / n_heads)."""
+    value = (fixed or {}).get(HEAD_DIM)
+    if HEAD_DIM in table or value in (None, "", "null", "None"):
+        return table
+    return table.assign(**{HEAD_DIM: value})
+
+
 def _numeric(table: pd.DataFrame) -> pd.DataFrame:
     table = table.copy()
     for column in (LOAD, HEAD_DIM, "n", "acc_mean", "acc_ci"):

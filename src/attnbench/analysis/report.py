@@ -94,7 +94,7 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     summarise,
 )
 
-from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity
+from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity, with_head_dim
 
 # Hydra keys that never define a variant
 IGNORED_KEYS = {"hydra.sweep.dir", "hydra.run.dir", "hydra.mode"}
@@ -978,7 +978,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 ax.legend(fontsize=8)
         out[name] = fig
     if LOAD in table and "attention" in table:
-        out["capacity.png"] = capacity_figure(table, _title("", fixed, width=110))
+        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=110))
     return out
 
 
@@ -1054,7 +1054,7 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
                       "Mean over seeds [95% Student-t interval]. *Holds to* P: every load up to P has its interval's "
                       f"lower end >= {THRESHOLD}; *below from* Q: the smallest load whose upper end is < {THRESHOLD}; "
                       "the crossing lies between them (attnbench.analysis.capacity).", "",
-                      render_capacity(table)]
+                      render_capacity(with_head_dim(table, fixed))]
     stopped = stopped_table(jobs, swept)
     if stopped:
         lines += ["## Runs stopped by the wall-time cap (unfinished)", "",

@@ -24,8 +24,8 @@ variant: the variant keys, ``n``, ``acc_mean``/``acc_std``/``acc_ci``, ``diff_me
 ``train_tok_s``/``test_tok_s``/``train_steps_s``, ``peak_mem_mb``, ``params``, the diagnostics and, for runs
 ``trainer.max_time`` stopped, ``n_stopped``/``steps_done``/``steps_planned``/``sec_per_step``/``extrapolated_sec``),
 which ``attnbench reproduce`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
-``compare``, ``head_dim_sweep``, ``long_context`` and ``capacity`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
-(:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
+``compare``, ``head_dim_sweep``, ``long_context`` and ``capacity`` are registered for
+``docs/results/{cpu,gpu}/<stage>.csv`` (:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
 
 1. commit ``docs/results/<device>/<stage>.csv`` (what ``attnbench reproduce`` wrote);
 2. put the two markers where the table belongs (README.md or docs/results.md), e.g.

@@ -128,7 +128,7 @@ def render_capacity(table: pd.DataFrame) -> str:
 
 
 def capacity_figure(table: pd.DataFrame, title: str = "") -> Any:
-    """A matplotlib Figure (no pyplot state): one panel per head dim, test accuracy (mean over seeds, 95% interval
+    """A matplotlib Figure (no pyplot state), ``title`` wrapped above it: one panel per head dim, test accuracy (mean over seeds, 95% interval
     as error bars; none for one seed) against ``data.num_pairs``, one line per score function (the report's colours
     and markers), and :data:`THRESHOLD` as a dashed line."""
     from matplotlib.figure import Figure
@@ -151,6 +151,8 @@ def capacity_figure(table: pd.DataFrame, title: str = "") -> Any:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (mean, 95% CI over seeds)")
     axes[0][-1].legend(fontsize=8, loc="lower left")
-    if title:
-        fig.suptitle(title, fontsize=8)
+    if title:  # wrapped to the figure's width: about 13 characters of 8-point text per inch
+        import textwrap
+
+        fig.suptitle(textwrap.fill(title, int(13 * fig.get_figwidth())), fontsize=8)
     return fig

@@ -978,7 +978,7 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 ax.legend(fontsize=8)
         out[name] = fig
     if LOAD in table and "attention" in table:
-        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=110))
+        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=10_000))
     return out
 
 

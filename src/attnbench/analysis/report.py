@@ -20,7 +20,10 @@ Per variant the report gives the number of seeds, test accuracy mean ± sample s
 interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
 paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
 inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
-the final attention entropy, saturation and largest score. A run that ``trainer.max_time`` stopped before its
+the final attention entropy, saturation and largest score. Where ``scaled_dot`` and the ``uniform`` control both
+ran, a section pairs them by seed per setting and marks each setting where ``scaled_dot`` does not beat the
+control beyond the paired 95% interval: *this task does not discriminate score functions*
+(:func:`attnbench.analysis.stats.control_gaps`). A run that ``trainer.max_time`` stopped before its
 step budget (``stopped_by: max_time`` in its ``metrics.json``) is marked *unfinished*: its accuracy is left out
 of the statistics, and the report gives its measured seconds per step and the time its whole budget would take
 at that rate (planned steps / steps per second) instead, in the table and in a section of its own.
@@ -32,6 +35,9 @@ Plots (PNG, next to ``report.md``):
 - ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
 - ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
   score function per setting of the other swept keys (e.g. per dataset);
+- ``capacity.png`` (when ``data.num_pairs`` and ``attention`` are swept, ``experiment=capacity``): test accuracy
+  against memory load per score function, one panel per head dim (:mod:`attnbench.analysis.capacity`), beside
+  the report's Capacity section: where each curve falls below 90%;
 - ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
   ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
 
@@ -71,6 +77,8 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     STATUS_OK,
     MIN_CPU_SHARE,
     VAL_HISTORY_COLUMNS,
+    NO_DISCRIMINATION,
+    control_gaps,
     convergence_counts,
     disturbed_runs,
     flatten_config,
@@ -85,6 +93,8 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     stopped_runs,
     summarise,
 )
+
+from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity, with_head_dim
 
 # Hydra keys that never define a variant
 IGNORED_KEYS = {"hydra.sweep.dir", "hydra.run.dir", "hydra.mode"}
@@ -755,6 +765,35 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     return "\n".join(lines)
 
 
+def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
+    """The control section's Markdown: per setting, :data:`~attnbench.experiments.registry.BASELINE` minus the
+    :data:`~attnbench.experiments.registry.CONTROL` (paired by seed, 95% interval) and the verdict of
+    :func:`~attnbench.analysis.stats.control_gaps`; ``""`` where the runs hold no such pair."""
+    from attnbench.experiments.registry import BASELINE, CONTROL
+
+    gaps = control_gaps(jobs, swept, BASELINE, CONTROL)
+    if gaps.empty:
+        return ""
+    setting_keys = [c for c in gaps.columns if c not in ("n", "gap", "gap_lo", "gap_hi", "baseline_acc",
+                                                          "control_acc", "discriminates", "verdict")]
+    headers = [*setting_keys, "paired seeds", f"{BASELINE} test acc", f"{CONTROL} test acc",
+               f"{BASELINE} − {CONTROL} (paired, 95% CI)", "verdict"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for _, r in gaps.iterrows():
+        gap = (f"{r.gap:+.4f} ({ONE_SEED})" if math.isnan(r.gap_lo)
+               else f"{r.gap:+.4f} [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]")
+        verdict = f"**{r.verdict}**" if r.verdict == NO_DISCRIMINATION else r.verdict
+        lines.append("| " + " | ".join([*(_fmt(r[k]) for k in setting_keys), str(int(r.n)), f"{r.baseline_acc:.4f}",
+                                         f"{r.control_acc:.4f}", gap, verdict]) + " |")
+    return "\n".join([
+        f"## Does attention matter here? (the `{CONTROL}` control)", "",
+        f"`{CONTROL}` gives every non-padding key the same weight: attention without content, a masked mean of the "
+        f"values. Where `{BASELINE}` does not beat it beyond the 95% interval of their paired difference (same "
+        f"seed and setting), the setting is marked *{NO_DISCRIMINATION}*: what the score functions differ in is "
+        "not what the task's accuracy rests on, and a null difference between them there says nothing about them.",
+        "", *lines])
+
+
 def fixed_text(fixed: dict[str, str]) -> str:
     """The settings held fixed as Markdown lines, one per top-level config key (``- data: max_length=64, ...``)."""
     if not fixed:
@@ -971,6 +1010,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
         out[name] = fig
+    if LOAD in table and "attention" in table:
+        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=10_000))
     return out
 
 
@@ -1063,6 +1104,15 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         lines += ["No job finished.", ""]
     else:
         lines += [markdown_table(table, variant_keys, baseline), ""]
+        control = control_text(jobs, swept)
+        if control:
+            lines += [control, ""]
+        if LOAD in variant_keys and "attention" in variant_keys:
+            lines += [f"## Capacity: test accuracy against memory load ({LOAD})", "",
+                      "Mean over seeds [95% Student-t interval]. *Holds to* P: every load up to P has its interval's "
+                      f"lower end >= {THRESHOLD}; *below from* Q: the smallest load whose upper end is < {THRESHOLD}; "
+                      "the crossing lies between them (attnbench.analysis.capacity).", "",
+                      render_capacity(with_head_dim(table, fixed))]
     stopped = stopped_table(jobs, swept)
     if stopped:
         lines += ["## Runs stopped by the wall-time cap (unfinished)", "",

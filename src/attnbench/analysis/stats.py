@@ -516,3 +516,62 @@ def headline(fixed: dict[str, str], limit: int = 10) -> str:
     ``key=value`` joined by ``", "`` (``"nothing held fixed"`` when none is)."""
     parts = [f"{k}={fixed[k]}" for k in HEADLINE_KEYS if k in fixed][:limit]
     return ", ".join(parts) if parts else "nothing held fixed"
+
+
+#: the report's mark on a setting where the baseline does not beat the control beyond its paired interval
+NO_DISCRIMINATION = "this task does not discriminate score functions"
+
+
+def control_verdict(gap: float, half: float, n: int, baseline: str = "scaled_dot",
+                    control: str = "uniform") -> tuple[bool | None, str]:
+    """``(discriminates, verdict)`` of a paired gap ``baseline - control`` with 95% half-width ``half`` over ``n``
+    paired replicates: True where the interval's lower end is above 0, None (undetermined) for n < 2 or no
+    interval, else False with :data:`NO_DISCRIMINATION`."""
+    if n < 2 or math.isnan(half):
+        return None, f"undetermined: {n} paired seed, no interval"
+    if gap - half > 0:
+        return True, f"{baseline} beats {control}: attention matters here"
+    return False, NO_DISCRIMINATION
+
+
+def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot",
+                 control: str = "uniform") -> pd.DataFrame:
+    """Per setting (the variant keys other than ``attention``), whether ``baseline`` beats the content-free
+    ``control`` beyond its paired interval: the test-accuracy gap ``baseline - control`` paired by replicate (the
+    same seed, fold and setting; :func:`summarise`'s paired difference), its mean and 95% Student-t interval.
+
+    A setting *discriminates* score functions when the interval's lower end is above 0: content-based attention
+    did measurably better than a mean of the values there. Otherwise the data cannot tell score functions apart
+    by what attention contributes, and the setting gets :data:`NO_DISCRIMINATION`. Fewer than 2 paired
+    replicates give no interval: undetermined (``discriminates`` None).
+
+    Returns:
+        One row per setting where both ``baseline`` and ``control`` finished runs: the setting keys, ``n`` (paired
+        replicates), ``gap``, ``gap_lo``, ``gap_hi`` (accuracy as a fraction; NaN bounds for n < 2),
+        ``baseline_acc``, ``control_acc`` (means over their finished replicates), ``discriminates`` (True, False
+        or None) and ``verdict`` (text). Empty (those columns, no rows) when ``attention`` is not swept or either
+        score function has no finished run.
+    """
+    variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
+    setting_keys = [k for k in variant_keys if k != "attention"]
+    columns = [*setting_keys, "n", "gap", "gap_lo", "gap_hi", "baseline_acc", "control_acc", "discriminates",
+               "verdict"]
+    if "attention" not in variant_keys:
+        return pd.DataFrame(columns=columns)
+    table = summarise(jobs, swept, baseline)
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for _, r in table[table["attention"] == control].iterrows():
+        base = table[table["attention"] == baseline]
+        for k in setting_keys:
+            base = base[base[k].isna()] if pd.isna(r[k]) else base[base[k] == r[k]]
+        if base.empty or not r["diff_n"] > 0:  # NaN diff_n: no replicate of the baseline pairs with it
+            continue
+        gap, half, n = -float(r["diff_mean"]), float(r["diff_ci"]), int(r["diff_n"])
+        row = {k: r[k] for k in setting_keys}
+        row.update(n=n, gap=gap, gap_lo=gap - half, gap_hi=gap + half, baseline_acc=float(base["acc_mean"].iloc[0]),
+                   control_acc=float(r["acc_mean"]))
+        row["discriminates"], row["verdict"] = control_verdict(gap, half, n, baseline, control)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)

@@ -28,8 +28,8 @@ variant: the variant keys, ``n``, ``acc_mean``/``acc_std``/``acc_ci``, ``diff_me
 ``train_tok_s``/``test_tok_s``/``train_steps_s``, ``peak_mem_mb``, ``params``, the diagnostics and, for runs
 ``trainer.max_time`` stopped, ``n_stopped``/``steps_done``/``steps_planned``/``sec_per_step``/``extrapolated_sec``),
 which ``attnbench reproduce`` copies to ``docs/results/<device>/<stage>.csv``. The renderers of the stages
-``compare``, ``head_dim_sweep`` and ``long_context`` are registered for ``docs/results/{cpu,gpu}/<stage>.csv``
-(:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
+``compare``, ``head_dim_sweep``, ``long_context`` and ``capacity`` are registered for
+``docs/results/{cpu,gpu}/<stage>.csv`` (:data:`STAGE_RENDERERS`). To publish a stage's table once its CSV exists (after the one command ran):
 
 1. commit ``docs/results/<device>/<stage>.csv`` (what ``attnbench reproduce`` wrote);
 2. put the two markers where the table belongs (README.md or docs/results.md), e.g.
@@ -47,6 +47,7 @@ import argparse
 import csv
 import dataclasses
 import difflib
+import functools
 import io
 import json
 import math
@@ -588,15 +589,63 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
 COMPARED_WITH = {"docs/results/cpu/archive/compare-57b5f5b/compare_jobs.csv": "docs/results/cpu/compare_jobs.csv"}
 
 
+def render_capacity(rows: list[dict[str, str]]) -> str:
+    """Per head dim, test accuracy mean [95% interval] of each score function at each memory load
+    (``data.num_pairs``) and where its curve falls below 90% (:func:`attnbench.analysis.capacity.render_capacity`).
+
+    Raises:
+        ValueError: the report.csv has no ``data.num_pairs`` or ``attention`` column.
+    """
+    import pandas as pd
+
+    from attnbench.analysis.capacity import render_capacity as capacity_table
+
+    if not rows:
+        raise ValueError("report.csv has no rows")
+    return capacity_table(pd.DataFrame(rows))
+
+
+def render_control(rows: list[dict[str, str]], task: str = "") -> str:
+    """One row, named ``task``: test accuracy of ``scaled_dot`` and of the ``uniform`` control, their paired difference (the
+    report's ``diff_*`` of the control's row, negated) with its 95% interval, and the verdict of
+    :func:`attnbench.analysis.stats.control_verdict` ("this task does not discriminate score functions" where the
+    interval reaches 0).
+
+    Raises:
+        ValueError: the report.csv lacks the ``scaled_dot`` or the ``uniform`` row.
+    """
+    from attnbench.analysis.stats import control_verdict
+    from attnbench.experiments.registry import CONTROL
+
+    (by_attention,) = _by_setting(rows, None).values()
+    missing = [name for name in (BASELINE, CONTROL) if name not in by_attention]
+    if missing:
+        raise ValueError(f"report.csv has no row for {', '.join(missing)}: the control table pairs {BASELINE} "
+                         f"with {CONTROL}")
+    base, control = by_attention[BASELINE], by_attention[CONTROL]
+    gap, half, n = -_num(control["diff_mean"]), _num(control["diff_ci"]), int(_num(control["diff_n"]))
+    verdict = control_verdict(gap, half, n, BASELINE, CONTROL)[1]
+    interval = "no interval" if math.isnan(half) else f"[{_sign(gap - half)}, {_sign(gap + half)}]"
+    return (f"| task | paired seeds | `{BASELINE}` test acc | `{CONTROL}` test acc | {BASELINE} − {CONTROL} (paired, 95% CI) "
+            "| verdict |\n|---|---|---|---|---|---|\n"
+            f"| {task} | {n} | {_acc(base)[0]} | {_acc(control)[0]} | {_sign(gap)} {interval} | {verdict} |\n")
+
+
 STAGE_RENDERERS: dict[str, Callable[[list[dict[str, str]]], str]] = {
     "compare": render_compare,
     "head_dim_sweep": render_head_dim_sweep,
     "long_context": render_long_context,
+    "capacity": render_capacity,
 }
 RENDERERS.update({f"docs/results/{device}/{stage}.csv": renderer
                   for device in ("cpu", "gpu") for stage, renderer in STAGE_RENDERERS.items()})
 RENDERERS["docs/results/cpu/train_throughput.json"] = render_train_throughput
 RENDERERS["docs/results/cpu/train_pair_fused_additive.json"] = render_train_throughput
+#: the uniform-control probes (3 seeds each, outside the published stages): their report.csv and the task they ran
+CONTROL_PROBES = {"assoc_recall": "associative recall, 8 pairs (`data=assoc_recall model=recall`, 3 epochs)",
+                  "trec": "TREC (`experiment=compare data=trec`, 10 epochs)"}
+RENDERERS.update({f"docs/results/cpu/probes/uniform_control/{data}.csv": functools.partial(render_control, task=task)
+                  for data, task in CONTROL_PROBES.items()})
 RENDERERS["docs/results/cpu/probes/imdb_epochs/probe.json"] = render_epoch_probe
 RENDERERS.update({f"docs/results/{device}/attention_cost.json": render_bench_attention for device in ("cpu", "gpu")})
 RENDERERS.update({f"docs/results/{device}/attention_roofline.json": render_roofline for device in ("cpu", "gpu")})
@@ -808,8 +857,9 @@ def markdown_files(root: Path = REPO_ROOT) -> list[Path]:
     return sorted([*root.glob("*.md"), *(root / "docs").rglob("*.md")])
 
 
-#: the setting column each stage's table is organised by (the renderers' ``_by_setting`` key)
-STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_context": "data.max_length"}
+#: the setting column(s) each stage's table is organised by (the renderers' ``_by_setting`` key; capacity: two)
+STAGE_SETTING = {"compare": "data", "head_dim_sweep": "model.head_dim", "long_context": "data.max_length",
+                 "capacity": ("data.num_pairs", "model.head_dim")}
 
 
 def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str]] | None, key: str,
@@ -874,7 +924,9 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
             jobs = root / (source[:-len(".csv")] + "_jobs.csv")
             jobs_rows = list(csv.DictReader(io.StringIO(jobs.read_text(encoding="utf-8")))) if jobs.is_file() \
                 else None
-            rows = fill_fixed_setting(rows, jobs_rows, STAGE_SETTING[stage], source)
+            keys = STAGE_SETTING[stage]
+            for key in (keys,) if isinstance(keys, str) else keys:
+                rows = fill_fixed_setting(rows, jobs_rows, key, source)
         try:
             return RENDERERS[source](rows)
         except ValueError as err:

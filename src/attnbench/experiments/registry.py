@@ -26,11 +26,14 @@ from typing import Any
 from omegaconf import OmegaConf
 
 #: the training stages ``attnbench reproduce`` runs, in order (each ``conf/experiment/<stage>.yaml``)
-TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context")
+TRAIN_STAGES = ("compare", "head_dim_sweep", "long_context", "capacity")
 #: every stage: the training stages, then the cost benchmarks (``attnbench bench attention`` / ``bench train``)
 STAGES = (*TRAIN_STAGES, "cost")
 #: the score function the reports pair every other one with (``attnbench report --baseline``, its default)
 BASELINE = "scaled_dot"
+#: the control: attention without content (every key the same weight), which a task must let ``BASELINE`` beat for
+#: score functions to be able to differ on it (``attnbench report``'s "does not discriminate" mark)
+CONTROL = "uniform"
 #: the config group whose options are the score functions
 GROUP = "attention"
 

@@ -15,6 +15,8 @@ the yaml stays the one place a grid is defined; its score functions are every on
 - ``compare``: every score function x seeds x datasets;
 - ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
 - ``long_context``: IMDB at max_length 256 / 512 x every score function;
+- ``capacity``: associative recall at data.num_pairs 8 ... 32 x head_dim 8 / 64 x every score function (the
+  ``uniform`` control included) x seeds: test accuracy against memory load;
 - ``cost``: ``attnbench bench attention`` (time and memory of one attention call per score function and
   sequence length: n = 64 ... 1024 and d at n = 256 on a CPU, n ... 4096 on a GPU) and
   ``attnbench bench train --attention`` (training tokens/s of every score function, interleaved on the same
@@ -76,7 +78,7 @@ from attnbench.experiments.registry import BASELINE, STAGES, TRAIN_STAGES, sweep
 #: ``--write-estimates`` read and write its ``docs/results/`` (a checkout of the repository)
 ROOT = Path.cwd()
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
-SETTING_KEYS = ("data", "model.head_dim", "data.max_length")
+SETTING_KEYS = ("data", "data.num_pairs", "model.head_dim", "data.max_length")
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
 #: the attention benchmark's sizes on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024

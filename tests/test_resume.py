@@ -12,9 +12,12 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+
+from attnbench.run.resume import ResumeState
 
 from .conftest import REPO_ROOT, train_env
 
@@ -557,3 +560,41 @@ def test_resumed_loader_takes_its_position_from_the_first_fetch_with_and_without
     assert _ids(iterator) == full1[3:]
     assert resumed.started_at == (1, 3)
     assert _epoch_of(resumed, 2) == full2 and resumed.started_at == (2, 0)
+
+
+@pytest.mark.slow  # three train.py runs, 50-70 s on 2 loaded cores
+def test_max_steps_resume_at_an_epoch_end_under_max_epochs_takes_the_uninterrupted_runs_steps(
+        tmp_path, data_dir, cache_dir):
+    """max_steps=33 with max_epochs=3 (the default): 33 steps end inside the third epoch. Resumed from the
+    epoch-0 checkpoint, the run must take steps 14-33 and end with the uninterrupted run's metrics (before:
+    Lightning counted epoch 0 as processed twice, the fit stopped at max_epochs after step 26 with train/loss
+    0.5795 instead of 0.5449, and metrics.json still said exact: true)."""
+    env = {**train_env(data_dir, cache_dir), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    rule = ["trainer.max_epochs=3", "trainer.max_steps=33"]
+    ref_dir, run_dir = tmp_path / "uninterrupted", tmp_path / "killed"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda job: _train([*RUN, *rule, *job[0]], env, expect=job[1]),
+                      [([f"hydra.run.dir={ref_dir}"], 0),
+                       ([f"hydra.run.dir={run_dir}", *_kill_after_epoch(0)], -signal.SIGKILL)]))
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["global_step"] == BATCHES
+    _train([*RUN, *rule, f"hydra.run.dir={run_dir}", "ckpt_path=last"], env)
+
+    resumed, uninterrupted = _metrics(run_dir), _metrics(ref_dir)
+    assert uninterrupted["train/steps_done"] == resumed["train/steps_done"] == 33
+    assert {k: resumed[k] for k in COMPARED} == {k: uninterrupted[k] for k in COMPARED}
+    assert _history(run_dir, BATCHES) == _history(ref_dir, BATCHES) != []
+    assert resumed["resume"] == {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
+
+
+@pytest.mark.parametrize(("end_step", "should_stop", "exact"), [(33, False, True), (26, False, False),
+                                                               (26, True, True)])
+def test_a_resume_that_ends_off_the_uninterrupted_runs_last_step_is_not_exact(end_step, should_stop, exact):
+    """ResumeState.on_train_end: a resume claimed exact that ends before the step budget without a stop request
+    (early stopping, max_time) took other steps than the uninterrupted run, and metrics.json says so."""
+    state = ResumeState()
+    state.replay = {"epoch": 1, "batches_done": 0, "batches_per_epoch": BATCHES, "exact": True}
+    trainer = SimpleNamespace(global_step=end_step, should_stop=should_stop, estimated_stepping_batches=33)
+    state.on_train_end(trainer, None)
+    assert state.replay["exact"] is exact
+    if not exact:
+        assert state.replay["reason"] == "the resumed run ended at step 26, the uninterrupted run ends at step 33"

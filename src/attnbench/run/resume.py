@@ -263,8 +263,8 @@ def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
     """Make the training samplers' ``set_epoch`` use ``trainer.current_epoch`` for the rest of a resumed fit.
 
     Lightning calls ``set_epoch(epoch_progress.current.processed)`` at each epoch start; after resuming a
-    ``trainer.max_steps`` run from an epoch-end checkpoint that counter runs one ahead of ``current_epoch``, and
-    the epoch would take the next epoch's order.
+    ``trainer.max_steps`` run from an epoch-end checkpoint Lightning counts that epoch processed twice (taken
+    back by :func:`_count_reclosed_epoch_once`), and the epoch would take the next epoch's order by that count.
     """
     for dataloader in _train_loaders(trainer):
         for sampler in (getattr(dataloader, "sampler", None),
@@ -280,6 +280,28 @@ def _samplers_follow_current_epoch(trainer: pl.Trainer) -> None:
             sampler.set_epoch = follow
 
 
+def _count_reclosed_epoch_once(trainer: pl.Trainer) -> None:
+    """Keep Lightning's epoch count right after a ``trainer.max_steps`` run resumes from an epoch-end checkpoint.
+
+    The checkpoint is written in ``on_train_epoch_end``, after ``epoch_progress`` counted the epoch processed
+    and before it counted it completed. For iteration-based training (``max_steps`` set) ``FitLoop`` restarts
+    in its ``restarted_on_epoch_end`` stage and runs that epoch's end again, which counts it processed a second
+    time; ``FitLoop.done`` compares the processed count with ``max_epochs``, so a run that ``max_steps`` would
+    end inside its last epoch stopped one epoch early (``pytorch_lightning/loops/fit_loop.py``: ``restarting``,
+    ``update_restart_stage``, ``on_advance_end``, ``done``). The processed count is taken back by one so that
+    the epoch end run again counts once. Left as it is when the checkpoint's epoch was the run's last
+    (``processed >= max_epochs``): the fit ends at once, as the uninterrupted one did.
+    """
+    fit_loop = trainer.fit_loop
+    if not (fit_loop.restarted_on_epoch_end and fit_loop._iteration_based_training()):
+        return
+    progress = fit_loop.epoch_progress
+    if fit_loop.max_epochs not in (None, -1) and progress.current.processed >= fit_loop.max_epochs:
+        return
+    progress.current.processed -= 1
+    progress.total.processed -= 1
+
+
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The scalar entries of ``trainer.callback_metrics`` as detached CPU tensors (dtype kept: exact on reload)."""
     return {k: v.detach().cpu().clone() for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
@@ -293,7 +315,8 @@ class ResumeState(pl.Callback):
     Exactness is claimed only where it holds: RNG states present, the checkpoint taken outside a training step
     and at the end of a gradient-accumulation window, the loader position present, and the first batch the loader
     delivers after the resume the one the uninterrupted run took next (checked: ``started_at`` of
-    :class:`attnbench.data.ResumableDataLoader`).
+    :class:`attnbench.data.ResumableDataLoader`), and the fit ending at the uninterrupted run's last step
+    (checked in :meth:`on_train_end`).
 
     Args:
         wandb_run: ``{"id": ..., "mode": "online"|"offline"}`` of this job's W&B run, or ``None``; written into
@@ -392,6 +415,7 @@ class ResumeState(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._resumed_from_step is None:
             return
+        _count_reclosed_epoch_once(trainer)
         _samplers_follow_current_epoch(trainer)
         if self._callback_metrics:
             # the last validation's val/*: a resumed run that stops before validating again still reports them
@@ -467,6 +491,20 @@ class ResumeState(pl.Callback):
             self._expected_start = (epoch, 0)
             self._align_log_step = True
         self._resumed_from_step = None
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """A resume is exact only if it ends at the uninterrupted run's last step: a fit that ends elsewhere
+        without a stop request (early stopping, ``max_time``, a signal) took other steps."""
+        if not (self.replay and self.replay.get("exact")) or trainer.should_stop:
+            return
+        try:
+            planned = float(trainer.estimated_stepping_batches)
+        except Exception:  # noqa: BLE001 - a loader without a length: no end step to compare with
+            return
+        if planned != float("inf") and trainer.global_step != planned:
+            self.replay.update(exact=False, reason=f"the resumed run ended at step {trainer.global_step}, the "
+                                                   f"uninterrupted run ends at step {planned:.0f}")
+            log.warning("Resumed, but not exactly: %s.", self.replay["reason"])
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """After an epoch-end resume of a ``trainer.max_steps`` run, Lightning counts one stepped batch too many

@@ -3,17 +3,23 @@
 A cache folder ``<cache_root>/<name>-<key>/`` holds ``tokenizer.json``, one ``datasets`` folder per split
 (``train``, ``val``, ``test``: ``input_ids``, ``label``, ``row_id``) and ``meta.json``. The key hashes
 everything that changes the result (:func:`cache_key`); a folder is complete or absent (it is written under a
-temporary name and renamed).
+temporary name and renamed). An entry that fails to read (a disk filled mid-copy, a file truncated or edited by
+hand) is logged in one line naming the damaged part, removed and built again (:func:`read_or_rebuild`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, TypeVar
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: part of every cache key: raise it when the code builds different rows, splits or token ids from the same spec,
 #: so that no cache built by other code is read
@@ -51,3 +57,67 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class CacheDamaged(Exception):
+    """A part of a cache entry could not be read.
+
+    Attributes:
+        path: the damaged file or folder.
+    """
+
+    def __init__(self, path: Path, error: BaseException | str) -> None:
+        self.path = Path(path)
+        what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        what = " ".join(str(what).split())  # one line, whatever the library's message holds
+        super().__init__(f"{path}: {what[:300]}")
+
+
+@contextmanager
+def reading(path: Path) -> Iterator[None]:
+    """Turn any error raised while reading ``path`` (part of a cache entry) into :class:`CacheDamaged` naming it.
+
+    ``Exception`` on purpose: a damaged file surfaces as ``OSError`` or ``ValueError`` (pyarrow, ``json``),
+    ``KeyError``/``TypeError`` (valid JSON of the wrong shape), ``FileNotFoundError`` (``datasets``) or the bare
+    ``Exception`` of HF ``tokenizers``; only interrupts pass through.
+    """
+    try:
+        yield
+    except CacheDamaged:
+        raise
+    except Exception as err:
+        raise CacheDamaged(path, err) from err
+
+
+def discard(target: Path) -> None:
+    """Remove the entry ``target``: renamed first into a fresh temporary folder beside it (atomic, so no reader
+    ever sees it half deleted), then deleted. Gone already (another process discarded it): nothing to do."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}-discarded-", dir=target.parent))
+    try:
+        target.rename(aside / target.name)
+    except FileNotFoundError:
+        pass
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def read_or_rebuild(target: Path, read: Callable[[Path], T], build: Callable[[Path], None]) -> tuple[T, bool]:
+    """``(read(target), True)`` when the entry ``target`` exists and reads whole, else builds it and reads it:
+    ``(read(target), False)``.
+
+    ``read`` raises :class:`CacheDamaged` (see :func:`reading`) for any part it cannot read; the entry is then
+    logged in one warning naming that part, discarded (:func:`discard`) and built again by ``build(target)``,
+    which writes it atomically (:func:`write_atomically`). An entry that is present but incomplete (no
+    ``meta.json``) counts as damaged.
+
+    Raises:
+        CacheDamaged: the entry just built does not read back (a disk that returns other bytes than written).
+    """
+    if target.exists():
+        try:
+            return read(target), True
+        except CacheDamaged as err:
+            log.warning("Rebuilding the damaged data cache entry %s: %s", target.name, err)
+            discard(target)
+    build(target)
+    return read(target), False

@@ -16,7 +16,10 @@ stratified k-fold partition (``data.cv_folds``). Class names are matched by name
 Tokenizer: trained on the training rows only, then every split is tokenized once and cached on disk
 (``cache_dir/<key>/``) with the tokenizer. The key hashes everything that changes the result (source data
 fingerprint, columns, splits and their carving, tokenizer settings, ``max_length``), so a second run of the same
-config re-tokenizes nothing and a changed setting never reuses a stale cache.
+config re-tokenizes nothing and a changed setting never reuses a stale cache. Every part of an entry is read and
+checked against ``meta.json`` when it is used; a part that fails is named in one warning and the entry rebuilt
+(:func:`attnbench.data.cache.read_or_rebuild`). Reading writes nothing into the entry (the sample caps select
+rows in memory).
 
 Lightning's rule: :meth:`prepare_data` (one process per node) only writes the cache; :meth:`setup` (every
 process) finds the cache itself and never relies on anything ``prepare_data`` stored.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import datasets
 import pytorch_lightning as pl
@@ -35,7 +38,7 @@ import tokenizers
 import torch
 from torch.utils.data import DataLoader
 
-from attnbench.data.cache import cache_key, is_complete, write_atomically
+from attnbench.data.cache import cache_key, read_or_rebuild, reading, write_atomically
 from attnbench.data.config import DataConfig
 from attnbench.data.errors import DataConfigError
 from attnbench.data.rows import SplitStats, check_columns_and_labels, clean_texts, column, label_ids
@@ -55,7 +58,49 @@ from attnbench.paths import user_path
 log = logging.getLogger("attnbench.data")
 
 SPLITS = ("train", "val", "test")
+COLUMNS = ("input_ids", "label", "row_id")  # of each cached split
 PAIR_COLUMNS = ("attnbench_first_text", "attnbench_second_text")  # sentence pairs' cleaned texts, while building
+
+
+class CacheEntry(NamedTuple):
+    """A cache entry read whole: its folder, ``meta.json``, the splits (sample caps applied) and the tokenizer."""
+
+    folder: Path
+    meta: dict[str, Any]
+    splits: dict[str, TokenizedSplit]
+    tokenizer: tokenizers.Tokenizer
+
+
+def check_meta(meta: Any) -> None:
+    """Raise ``ValueError`` unless ``meta`` (a parsed ``meta.json``) has the fields a reader uses, of their types."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"expected a JSON object, got {type(meta).__name__}")
+    missing = [k for k in ("label_names", "vocab_size", "pad_id", "counts") if k not in meta]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    names, counts = meta["label_names"], meta["counts"]
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        raise ValueError(f"label_names is not a list of class names: {names!r}")
+    if not all(type(meta[k]) is int and meta[k] >= 0 for k in ("vocab_size", "pad_id")):
+        raise ValueError(f"vocab_size {meta['vocab_size']!r} and pad_id {meta['pad_id']!r} must be integers")
+    if not (isinstance(counts, dict) and all(type(counts.get(s)) is int for s in SPLITS)):
+        raise ValueError(f"counts has no row count per split: {counts!r}")
+    for key in ("bad_rows", "truncation", "leakage"):
+        if not isinstance(meta.get(key) or {}, dict):
+            raise ValueError(f"{key} is not a JSON object")
+
+
+def check_tokenizer(tokenizer: tokenizers.Tokenizer, meta: dict[str, Any]) -> None:
+    """Raise ``ValueError`` unless ``tokenizer`` is the one ``meta`` describes: ``vocab_size`` ids, each of which
+    maps to a token that maps back to it, and ``[PAD]`` at ``pad_id``."""
+    n = tokenizer.get_vocab_size()
+    if n != meta["vocab_size"]:
+        raise ValueError(f"{n} tokens, meta.json says {meta['vocab_size']}")
+    if tokenizer.token_to_id(PAD_TOKEN) != meta["pad_id"]:
+        raise ValueError(f"{PAD_TOKEN} has id {tokenizer.token_to_id(PAD_TOKEN)}, meta.json says {meta['pad_id']}")
+    lost = next((i for i in range(n) if tokenizer.token_to_id(tokenizer.id_to_token(i) or "") != i), None)
+    if lost is not None:
+        raise ValueError(f"id {lost} does not map back to itself through its token")
 
 
 class TextClassificationDataModule(pl.LightningDataModule):
@@ -107,7 +152,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.pad_id = 0
         self.cache_dir: Path | None = None  # where setup() read the splits (prepare_data reports it too)
         self.cache_hit: bool | None = None  # whether nothing was tokenized (a report; setup never reads it)
+        self.tokenizer: tokenizers.Tokenizer | None = None  # the cached tokenizer, set by setup()
         self._located: tuple[Path, Source] | None = None
+        self._entry: CacheEntry | None = None  # read by prepare_data(), handed to setup() in the same process
 
     # ------------------------------------------------------------------ cache
     def _cache_spec(self, source: Source) -> dict[str, Any]:
@@ -143,12 +190,37 @@ class TextClassificationDataModule(pl.LightningDataModule):
         return self._located
 
     def _ensure_cache(self) -> tuple[Path, bool]:
-        """The cache folder, built unless complete; and whether it was complete already."""
+        """The cache folder, read whole (kept for :meth:`setup`) or else (re)built and read; and whether it was
+        whole already."""
         target, source = self._locate()
-        if is_complete(target):
-            return target, True
-        self._build_cache(source, target)
-        return target, False
+        self._entry, hit = read_or_rebuild(target, self._read_entry, lambda folder: self._build_cache(source, folder))
+        return target, hit
+
+    def _read_entry(self, folder: Path) -> CacheEntry:
+        """Every part of the cache entry ``folder``, checked against its ``meta.json``; the sample caps applied
+        (rows chosen in memory by a shuffle with ``split_seed``, so nothing is written into ``folder``).
+
+        Raises:
+            attnbench.data.cache.CacheDamaged: naming the first part that fails to read or does not match ``meta.json``.
+        """
+        with reading(folder / "meta.json"):
+            meta = json.loads((folder / "meta.json").read_text())
+            check_meta(meta)
+        caps = {"train": self.max_train_samples, "val": self.max_eval_samples, "test": self.max_eval_samples}
+        splits: dict[str, TokenizedSplit] = {}
+        for split in SPLITS:
+            with reading(folder / split):
+                ds = datasets.load_from_disk(str(folder / split))
+                if len(ds) != meta["counts"][split] or not set(COLUMNS) <= set(ds.column_names):
+                    raise ValueError(f"{len(ds)} rows with columns {ds.column_names}; meta.json says "
+                                     f"{meta['counts'][split]} rows with columns {list(COLUMNS)}")
+                if caps[split] is not None and caps[split] < len(ds):
+                    ds = ds.shuffle(seed=self.split_seed, keep_in_memory=True).select(range(int(caps[split])))
+                splits[split] = TokenizedSplit(*(column(ds, c) for c in COLUMNS))
+        with reading(folder / "tokenizer.json"):
+            tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+            check_tokenizer(tokenizer, meta)
+        return CacheEntry(folder, meta, splits, tokenizer)
 
     # ----------------------------------------------------------------- building
     def _train_tokenizer(self, texts: list[str]):
@@ -324,14 +396,15 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     # -------------------------------------------------------------- lightning
     def prepare_data(self) -> None:
-        """Load the source, then tokenize and cache it unless a cache for this config exists.
+        """Load the source, then tokenize and cache it unless a whole cache for this config exists (a damaged
+        one is rebuilt).
 
-        Sets nothing :meth:`setup` needs (``cache_dir`` and ``cache_hit`` are a report); every process's
-        :meth:`setup` finds the cache by its key.
+        Needs nothing from :meth:`setup` and :meth:`setup` needs nothing from it: every process's :meth:`setup`
+        finds the cache by its key, and only uses the entry read here when it runs in the same process.
         """
-        target, hit = self._ensure_cache()
-        if self.cache_dir == target:  # Lightning calls it again in fit and test: said once
+        if self._entry is not None or self.splits:  # Lightning calls it again in fit and test: read and said once
             return
+        target, hit = self._ensure_cache()
         if hit:
             log.info("Reusing tokenized %s from cache %s", self.name, target)
         else:
@@ -339,23 +412,22 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.cache_dir, self.cache_hit = target, hit
 
     def setup(self, stage: str | None = None) -> None:
-        """Read the cached splits into memory (once), applying the sample caps; builds the cache if absent."""
+        """Read the cached splits and tokenizer into memory (once), applying the sample caps; builds the cache if
+        absent and rebuilds it if damaged."""
         if self.splits:
             return
-        target, hit = self._ensure_cache()
-        if self.cache_hit is None:
-            self.cache_hit = hit
-        self.cache_dir = target
-        meta = json.loads((target / "meta.json").read_text())
+        if self._entry is None:
+            target, hit = self._ensure_cache()
+            if self.cache_hit is None:
+                self.cache_hit = hit
+        entry, self._entry = self._entry, None
+        self.cache_dir = entry.folder
+        meta = entry.meta
         self.label_names = meta["label_names"]
         self.vocab_size = meta["vocab_size"]
         self.pad_id = meta["pad_id"]
-        caps = {"train": self.max_train_samples, "val": self.max_eval_samples, "test": self.max_eval_samples}
-        for split in SPLITS:
-            ds = datasets.load_from_disk(str(target / split))
-            if caps[split] is not None and caps[split] < len(ds):
-                ds = ds.shuffle(seed=self.split_seed).select(range(int(caps[split])))
-            self.splits[split] = TokenizedSplit(column(ds, "input_ids"), column(ds, "label"), column(ds, "row_id"))
+        self.tokenizer = entry.tokenizer
+        self.splits = dict(entry.splits)
         self._log_bad_rows(meta)
         self._log_leakage(meta)
         log.info(

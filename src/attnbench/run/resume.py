@@ -293,7 +293,9 @@ def _count_reclosed_epoch_once(trainer: pl.Trainer) -> None:
     (``processed >= max_epochs``): the fit ends at once, as the uninterrupted one did.
     """
     fit_loop = trainer.fit_loop
-    if not (fit_loop.restarted_on_epoch_end and fit_loop._iteration_based_training()):
+    # both are FitLoop internals (Lightning 2.6 has them); a loop without them has no such restart stage
+    iteration_based = getattr(fit_loop, "_iteration_based_training", None)
+    if not (getattr(fit_loop, "restarted_on_epoch_end", False) and iteration_based is not None and iteration_based()):
         return
     progress = fit_loop.epoch_progress
     if fit_loop.max_epochs not in (None, -1) and progress.current.processed >= fit_loop.max_epochs:

@@ -121,7 +121,8 @@ class TextClassifierModule(pl.LightningModule):
         # sync_dist: under DDP the logged loss is the mean over processes (one all-reduce of a scalar per step)
         self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=bs, sync_dist=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=bs)
-        return loss * self._last_window_scale(batch_idx)
+        scale = self._last_window_scale(batch_idx)
+        return loss if scale == 1.0 else loss * scale
 
     def _last_window_scale(self, batch_idx: int) -> float:
         """k / r for a batch of an epoch's last accumulation window when it holds r < k batches, else 1.

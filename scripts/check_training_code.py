@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnbench.bench.train import cpu_model
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFEST = REPO_ROOT / "docs" / "results" / "cpu" / "manifest.json"
 DEFAULT_JSON = REPO_ROOT / "docs" / "results" / "cpu" / "training_code_check.json"
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     meta = {"head": head, "steps": args.steps, "log_every": args.log_every, "attention": "scaled_dot", "seed": 0,
-            "torch": torch.__version__, "processor": _cpu_model(), "machine": platform.machine(),
+            "torch": torch.__version__, "processor": cpu_model(), "machine": platform.machine(),
             "seconds": round(time.perf_counter() - start, 1),
             "command": " ".join(["scripts/check_training_code.py", *(argv if argv is not None else sys.argv[1:])])}
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -215,17 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     n_same = sum(r["identical"] for r in results)
     print(f"{n_same} of {len(results)} identical to HEAD {head} in {meta['seconds']:.0f} s; written {args.json}")
     return 0 if n_same == len(results) else 1
-
-
-def _cpu_model() -> str:
-    """The CPU's model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":

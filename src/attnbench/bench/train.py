@@ -267,7 +267,7 @@ def write_json(args: argparse.Namespace, result: dict) -> None:
 
     meta = {"command": " ".join(["attnbench bench train", *sys.argv[1:]]), "commit": code_commit(),
             "created": dt.datetime.now().isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "machine": platform.machine(), "processor": _cpu_model(),
+            "torch": torch.__version__, "machine": platform.machine(), "processor": cpu_model(),
             "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.json.with_suffix(".tmp")
@@ -282,7 +282,7 @@ def code_commit() -> str:
     return commit()
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
     import platform
 

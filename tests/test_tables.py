@@ -482,3 +482,44 @@ def test_roofline_and_exponent_tables_take_their_ratios_from_the_benchmark_outpu
             for s, p, e in (("sdpa_scaled_dot", "sdpa", 1.9), ("additive", "fast", 2.0))]
     table = render_exponents({"rows": [dict(batch=1, heads=1)], "exponents": fits})
     assert "| `additive` | 2.00 [1.90, 2.10] |" in table and "n 64–4096 (d=64), 1 thr." in table
+
+
+def test_cost_answer_takes_every_figure_from_its_result_files(tmp_path):
+    from attnbench.analysis.tables import render_cost_answer
+
+    base = tmp_path / "docs" / "results" / "cpu"
+    base.mkdir(parents=True)
+    rates = {"gemm_gflops": 100.0, "tanh": {"in_cache": 2.0, "streaming": 1.0}}
+
+    def row(score, mode, time_s, bound_s, work=None):
+        return dict(score=score, path="fast", mode=mode, n=512, d=64, batch=4, heads=4, threads=1, status="ok",
+                    time_min_s=time_s, bound_s=bound_s, bound_fraction=bound_s / time_s,
+                    work=work or {"flops": 10**9})
+
+    tanh = {"flops": 10**9, "tanh": 4 * 10**8}
+    rows = [row("sdpa_scaled_dot", "fwd", 0.02, 0.01), row("sdpa_scaled_dot", "fwd_bwd", 0.06, 0.03),
+            row("additive", "fwd", 0.8, 0.21, tanh), row("additive", "fwd_bwd", 1.2, 0.42, tanh),
+            row("dot", "fwd", 0.016, 0.01), row("dot", "fwd_bwd", 0.05, 0.03),
+            row("cosine", "fwd", 0.02, 0.01), row("cosine", "fwd_bwd", 0.1, 0.03),
+            row("l2", "fwd", 0.05, 0.01), row("l2", "fwd_bwd", 0.15, 0.03)]
+    (base / "attention_roofline.json").write_text(json.dumps({"meta": {"rates": {"1": rates}}, "rows": rows}))
+    fits = [dict(score=s, path="fast", mode="fwd", threads=1, axis=axis, fixed=64, top=True, sizes=[512, 4096],
+                 exponent=e, ci_low=e - 0.1, ci_high=e + 0.1)
+            for s, e in (("dot", 1.9), ("cosine", 1.95), ("additive", 2.1)) for axis in ("n", "d")]
+    (base / "attention_exponents.json").write_text(json.dumps({"rows": [], "exponents": fits}))
+    (base / "train_pair_fused_additive.json").write_text(json.dumps({"meta": {"threads": 1}, "result": {
+        "model": "small", "data": "sst2", "best": {"scaled_dot": 100.0, "additive": 80.0},
+        "runs": {"scaled_dot": [100.0, 90.0], "additive": [80.0, 45.0]}}}))
+    job = {"side_by_side": {"test/acc": 0.5, "torch_threads": 1}, "one_at_a_time": {"test/acc": 0.5, "torch_threads": 2},
+           "identical_metrics": False}
+    (base / "sweep_cores.json").write_text(json.dumps({"ratio": 0.55, "steps": 300, "jobs": {"a": job, "b": job},
+                                                       "wall_seconds": {"side_by_side": 55, "one_at_a_time": 100}}))
+    text = render_cost_answer(tmp_path)
+    assert "400 M of them" in text and "about 50 FLOPs" in text  # 100 GFLOP/s / 2 G tanh/s
+    assert "**40.0×** SDPA's time, and **21.0×** at the limit" in text  # 0.8 / 0.02 and 0.21 / 0.01
+    assert "forward + backward 20.0× measured, 14.0× at the limit" in text
+    assert "reaches 26% of its bound (forward + backward 35%), SDPA 50% (50%)" in text
+    assert "reach 50–62% of their GEMM bound in the forward and 30–60% with the backward" in text
+    assert "n^1.90–1.95 for the matrix-multiply scores, n^2.10 for `additive`" in text
+    assert "**0.80×** `scaled_dot`'s tokens/s, best of 2 interleaved runs each (round by round 0.50–0.80×)" in text
+    assert "**0.55×** against 2 threads each, 300 steps a job (55 s against 100 s; equal test accuracy in 2 of 2" in text

@@ -838,11 +838,110 @@ def render_model_presets(root: Path) -> str:
 
 
 #: generated tables of the composed config (no result file): source name -> renderer of the checkout ``root``
+#: the score functions that reduce to matrix multiplies besides SDPA's own (``uniform`` is O(n·d): no GEMM bound)
+GEMM_SCORES = ("dot", "scaled_dot", "general", "cosine", "euclidean")
+
+
+def _span(values: list[float], fmt: str) -> str:
+    """``low–high`` of ``values`` in ``fmt``, or one value when both ends print alike."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}–{high}"
+
+
+def render_cost_answer(root: Path) -> str:
+    """The answer of the cost page (``docs/cost.md``), from the result files in ``root/docs/results/cpu/``: the
+    roofline (``attention_roofline.json``: the ``additive``/SDPA ratios, best against best and at the limit; the
+    fraction of its bound each score function reaches; one ``tanh`` in FLOPs of GEMM time), the exponents over
+    the largest sizes (``attention_exponents.json``), the paired training run (``train_pair_fused_additive.json``)
+    and the sweep on every core (``sweep_cores.json``).
+
+    Raises:
+        FileNotFoundError: one of those files is missing.
+    """
+    base = root / "docs" / "results" / "cpu"
+    roof = json.loads((base / "attention_roofline.json").read_text(encoding="utf-8"))
+    at = {(r["score"], r["mode"], r["threads"]): r for r in roof["rows"] if r["status"] == "ok"}
+    first = next(iter(at.values()))
+    threads = sorted({t for _, _, t in at})
+
+    def ratio(mode: str, t: int, key: str) -> str:
+        return f"{at[('additive', mode, t)][key] / at[('sdpa_scaled_dot', mode, t)][key]:.1f}×"
+
+    def frac(scores: Iterable[str], mode: str, t: int) -> str:
+        return _span([100 * at[(s, mode, t)]["bound_fraction"] for s in scores if (s, mode, t) in at], ".0f") + "%"
+
+    def by_threads(fn: Callable[[int], str]) -> str:
+        return " / ".join(fn(t) for t in threads)
+
+    t_label = " / ".join(str(t) for t in threads) + " thread" + ("s" if threads != [1] else "")
+    rates = roof["meta"]["rates"]
+    tanh_cost = by_threads(lambda t: f"{rates[str(t)]['gemm_gflops'] / rates[str(t)]['tanh']['in_cache']:.0f}")
+    lines = [
+        f"- **At each score function's own limit** (one call, B={first['batch']}, H={first['heads']}, "
+        f"n = {first['n']}, d = d_a = {first['d']}; figures at {t_label}): the same O(n²·d) count, but `additive` "
+        f"does one `tanh` per (query, key, hidden unit), {at[('additive', 'fwd', threads[0])]['work']['tanh'] / 1e6:,.0f}"
+        f" M of them, that no matrix unit computes; one `tanh` costs the time of about {tanh_cost} FLOPs at the "
+        f"GEMM peak. With the fused CPU kernel `additive`'s forward takes **{by_threads(lambda t: ratio('fwd', t, 'time_min_s'))}** "
+        f"SDPA's time, and **{by_threads(lambda t: ratio('fwd', t, 'bound_s'))}** at the limit; forward + backward "
+        f"{by_threads(lambda t: ratio('fwd_bwd', t, 'time_min_s'))} measured, "
+        f"{by_threads(lambda t: ratio('fwd_bwd', t, 'bound_s'))} at the limit. The fused forward reaches "
+        f"{by_threads(lambda t: frac(['additive'], 'fwd', t))} of its bound (forward + backward "
+        f"{by_threads(lambda t: frac(['additive'], 'fwd_bwd', t))}), SDPA "
+        f"{by_threads(lambda t: frac(['sdpa_scaled_dot'], 'fwd', t))} "
+        f"({by_threads(lambda t: frac(['sdpa_scaled_dot'], 'fwd_bwd', t))}).",
+        f"- **The matrix-multiply scores** ({', '.join(f'`{s}`' for s in GEMM_SCORES)}) reach "
+        f"{by_threads(lambda t: frac(GEMM_SCORES, 'fwd', t))} of their GEMM bound in the forward and "
+        f"{by_threads(lambda t: frac(GEMM_SCORES, 'fwd_bwd', t))} with the backward, where SDPA itself reaches "
+        f"{by_threads(lambda t: frac(['sdpa_scaled_dot'], 'fwd_bwd', t))} with the backward; `l2` (one `sqrt` per "
+        f"pair, its n×n distances materialised) {by_threads(lambda t: frac(['l2'], 'fwd', t))} "
+        f"({by_threads(lambda t: frac(['l2'], 'fwd_bwd', t))}).",
+    ]
+    exps = json.loads((base / "attention_exponents.json").read_text(encoding="utf-8"))["exponents"]
+    top = {(f["score"], f["axis"], f["threads"]): f for f in exps if f.get("top") and f["mode"] == "fwd"}
+    if top:
+        t = min(t for _, _, t in top)
+
+        def growth(axis: str) -> str:
+            fits = {s: top[(s, axis, t)]["exponent"] for s, a, tt in top if a == axis and tt == t}
+            sizes = next(f["sizes"] for f in top.values() if f["axis"] == axis)
+            gemm = _span([fits[s] for s in GEMM_SCORES if s in fits], ".2f")
+            rest = ", ".join(f"{axis}^{fits[s]:.2f} for `{s}`" for s in ("additive", "l2", "uniform") if s in fits)
+            return f"in {axis} = {sizes[0]}–{sizes[-1]}: {axis}^{gemm} for the matrix-multiply scores, {rest}"
+
+        lines.append(f"- **Growth** (forward, {t} thread, the largest sizes; 95% intervals in the table below): "
+                     f"time grows {growth('n')}; {growth('d')}.")
+    pair = json.loads((base / "train_pair_fused_additive.json").read_text(encoding="utf-8"))
+    runs, best, meta = pair["result"]["runs"], pair["result"]["best"], pair["meta"]
+    rounds = [a / s for a, s in zip(runs["additive"], runs["scaled_dot"])]
+    lines.append(f"- **Training** (the main job's step, `model={pair['result']['model']}` on "
+                 f"`data={pair['result']['data']}`, {meta['threads']} thread, fused kernel): `additive` trains at "
+                 f"**{best['additive'] / best['scaled_dot']:.2f}×** `scaled_dot`'s tokens/s, best of "
+                 f"{len(runs['additive'])} interleaved runs each (round by round "
+                 f"{_span(rounds, '.2f')}×).")
+    cases = []
+    for path in sorted(base.glob("sweep_cores*.json")):
+        sweep = json.loads(path.read_text(encoding="utf-8"))
+        jobs = list(sweep["jobs"].values())
+        alone = jobs[0]["one_at_a_time"]["torch_threads"]
+        equal_acc = sum(j["side_by_side"]["test/acc"] == j["one_at_a_time"]["test/acc"] for j in jobs)
+        metrics = ("bit-identical metrics" if all(j["identical_metrics"] for j in jobs) else
+                   f"equal test accuracy in {equal_acc} of {len(jobs)} jobs")
+        cases.append(f"**{sweep['ratio']:.2f}×** against {alone} thread{'s' if alone > 1 else ''} each, "
+                     f"{sweep['steps']} steps a job ({sweep['wall_seconds']['side_by_side']:.0f} s against "
+                     f"{sweep['wall_seconds']['one_at_a_time']:.0f} s; {metrics}; [`{path.name}`](results/cpu/{path.name}))")
+    if cases:
+        lines.append(f"- **Sweeps on every core:** `attnbench reproduce --jobs 2` runs two jobs at once, each pinned to "
+                     f"its own core with one thread. The {len(jobs)} SST-2 jobs of `compare` (seed 0) took, as a "
+                     "fraction of the wall time of the same jobs one after another: " + "; ".join(cases) + ".")
+    return "\n".join(lines) + "\n"
+
+
 CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
     "config:groups": render_config_groups,
     "config:defaults": render_run_defaults,
     "config:data-defaults": render_data_defaults,
     "config:model-presets": render_model_presets,
+    "results:cost-answer": render_cost_answer,
 }
 
 

@@ -275,7 +275,7 @@ def test_every_setting_that_changes_the_splits_changes_the_cache_key(tmp_path, k
     base = toy_module(tmp_path / "data", tmp_path / "cache")
     base.prepare_data()
     if key == "tokenizer":
-        value = {**base.tokenizer_cfg, **value}
+        value = {**base.cfg.tokenizer, **value}
     other = toy_module(tmp_path / "data", tmp_path / "cache", **{key: value})
     other.prepare_data()
     assert other.cache_hit is False and other.cache_dir != base.cache_dir

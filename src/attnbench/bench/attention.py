@@ -1,69 +1,30 @@
 #!/usr/bin/env python
-"""Benchmark the cost of the attention score functions: time, peak memory, FLOPs.
+"""Benchmark the cost of the attention score functions: time, peak memory, FLOPs and each one's roofline bound.
 
-For every score function (``dot``, ``scaled_dot``, ``general``, ``additive``,
-``euclidean``, ``l2``, ``cosine``), two code paths and a range of sizes, this
-script measures one attention call ``softmax(scores(q, k))·v`` on random
-q, k, v of shape B×H×n×d:
+For every score function, two code paths and a range of sizes, one attention call ``softmax(scores(q, k))·v``
+on seeded random q, k, v of shape B×H×n×d:
 
-* ``fast``  -- ``fn.attend(q, k, v)``: the score function's own fast path
-  (SDPA for the GEMM-able scores, chunking or whatever its module does). A
-  score function that does not override ``attend`` runs the same code as
-  ``naive``; its ``fast`` rows say so in their ``note``.
-* ``naive`` -- ``ScoreFunction.attend(fn, q, k, v)``: the definition, which
-  materialises the B×H×n×n scores (and, for ``additive``, the
-  B×H×n×n×d_a hidden tensor).
-* baseline -- ``F.scaled_dot_product_attention(q, k, v, scale=1/√d)`` called
-  directly: score ``sdpa_scaled_dot``, path ``sdpa``. All ratios are relative
-  to it.
+* ``fast``  -- ``fn.attend(q, k, v)``: the score function's own fast path. A score function that does not
+  override ``attend`` runs the same code as ``naive``; its ``fast`` rows say so in their ``note``.
+* ``naive`` -- ``ScoreFunction.attend(fn, q, k, v)``: the definition, which materialises the B×H×n×n scores
+  (and, for ``additive``, the B×H×n×n×d_a hidden tensor).
+* baseline -- ``F.scaled_dot_product_attention(q, k, v, scale=1/√d)`` called directly: score
+  ``sdpa_scaled_dot``, path ``sdpa``. All ratios are relative to it.
 
-Each is measured in two modes: ``fwd`` (inference: forward under
-``torch.no_grad()``) and ``fwd_bwd`` (forward plus the gradients with respect
-to q, k, v and the score function's parameters).
-
-Units and columns of ``results.csv`` / ``results.json`` (one row per
-score × path × n × d × mode):
-
-* ``time_s``         median wall time of one call, in **seconds**
-  (``torch.utils.benchmark.Timer.blocked_autorange``); ``time_iqr_s`` its
-  interquartile range, ``time_runs`` how many timed blocks it is based on.
-* ``peak_mem_bytes`` peak of the memory allocated *during* the call, in
-  **bytes**, over what was allocated before it (inputs and parameters are not
-  counted; outputs and gradients are). CUDA: ``torch.cuda.max_memory_allocated``
-  after ``reset_peak_memory_stats`` minus ``memory_allocated`` before. CPU:
-  ``torch.profiler`` with ``profile_memory=True``; the running sum of every
-  allocation and free event of the CPU allocator, in time order, and its
-  maximum (a true high-water mark of live tensor bytes, unlike the process
-  RSS, which never goes down).
-* ``flops``          floating-point operations of one call counted by
-  ``torch.utils.flop_counter.FlopCounterMode``. It counts **matmul-type ops
-  only** (mm/bmm/addmm/baddbmm/conv and SDPA kernels, a multiply-add = 2
-  FLOPs); softmax, tanh, norms and other elementwise work are **not**
-  counted, so additive's B·H·n·n·d_a tanh work is invisible here -- read its
-  cost from time and memory. The CPU flash-SDPA kernels, which the stock
-  counter does not know, are counted with PyTorch's own SDPA formulas.
-* ``est_mem_bytes``  this script's a-priori estimate of the memory the call
-  needs; sizes whose estimate exceeds ``--max-mem-gb`` are not run
-  (``status=skipped_mem``) and the estimate says how much they would need.
-* ``status``         ``ok`` | ``skipped_mem`` | ``oom`` | ``unsupported`` (a
-  ``NotImplementedError``, e.g. a kernel missing for the dtype) | ``error``;
-  ``note`` says why. The exit status is 1 if any row is ``error``.
-
-Reading the ratio tables: each cell is (this row's fwd+bwd value) / (the
-``sdpa_scaled_dot`` baseline's fwd+bwd value at the same n and d). 1.0 means
-as cheap as plain SDPA, 10 means ten times the time (or memory). The first
-row gives the baseline's absolute value.
-
-Examples::
+Each in mode ``fwd`` (forward under ``torch.no_grad()``) and ``fwd_bwd`` (forward plus the gradients with respect
+to q, k, v and the score function's parameters). One row per score × path × n × d × mode × thread count; the
+columns' units are in ``--help`` and, in full, in the ``notes`` of ``results.json`` (:data:`FLOP_NOTE`,
+:data:`CPU_MEMORY_NOTE`, :data:`BOUND_NOTE`, :data:`RATIO_NOTE`). ``status``: ``ok`` | ``skipped_mem`` (the
+estimate ``est_mem_bytes`` exceeds ``--max-mem-gb``) | ``oom`` | ``unsupported`` (a ``NotImplementedError``, e.g.
+a kernel missing for the dtype) | ``error``; ``note`` says why. The exit status is 1 if any row is ``error``.
 
     attnbench bench attention --quick --no-wandb          # < 1 minute on 2 idle CPU cores
-    attnbench bench attention                             # the default sweep
     attnbench bench attention --device cuda --dtype bfloat16 --scores dot,additive
     attnbench bench attention --grid full --lengths 128,512 --head-dims 32,64
 
-Outputs go to ``--out`` (default ``outputs/bench/<timestamp>``):
-``results.csv``, ``results.json`` (rows plus hardware info and these notes),
-``time_vs_n.png``, ``memory_vs_n.png``, ``time_vs_d.png`` and ``wandb/``.
+Outputs go to ``--out`` (default ``outputs/bench/<timestamp>``): ``results.csv``, ``results.json`` (rows, fitted
+exponents, rates, hardware info and the notes), ``time_vs_n.png``, ``memory_vs_n.png``, ``time_vs_d.png`` and
+``wandb/``.
 """
 
 from __future__ import annotations
@@ -91,6 +52,8 @@ from torch.utils import benchmark, flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.attention import ScoreFunction, available, build_score_function
+from attnbench.experiments import code_commit
+from attnbench.run.outputs import write_text
 from attnbench.run.wandb_mode import resolve_wandb_mode
 
 BASELINE_SCORE = "sdpa_scaled_dot"
@@ -505,16 +468,9 @@ def _cpu_sdpa_flop_formulas() -> dict[Any, Callable[..., int]]:
 
 
 def measure_memory_and_flops(step: Callable[[], Any], device: torch.device) -> tuple[int, int]:
-    """Peak memory (bytes) and FLOPs of one call of ``step``.
-
-    Memory is the peak allocated during the call over what was allocated
-    before it. CUDA: the caching allocator's peak counter
-    (``reset_peak_memory_stats`` / ``max_memory_allocated``). CPU: the
-    profiler's record of every allocation (+bytes) and free (-bytes) of the
-    CPU allocator; their running sum in time order is the live bytes, and its
-    maximum the peak. FLOPs come from ``FlopCounterMode`` in the same call
-    (matmul-type ops only; it tracks shapes and allocates no tensors).
-    """
+    """Peak memory (bytes, over what was allocated before the call: :data:`CUDA_MEMORY_NOTE`,
+    :data:`CPU_MEMORY_NOTE`) and FLOPs (``FlopCounterMode`` in the same call: :data:`FLOP_NOTE`) of one call of
+    ``step``."""
     counter = FlopCounterMode(display=False, custom_mapping=_cpu_sdpa_flop_formulas())
     if device.type == "cuda":
         gc.collect()
@@ -564,13 +520,22 @@ def _best_seconds(run: Callable[[], object], repeats: int, now: Callable[[], flo
     return best
 
 
-def gemm_peak_gflops(size: int = 2048, repeats: int = 5, now: Callable[[], float] = time.perf_counter) -> float:
-    """fp32 matrix-multiply rate of ``torch.mm`` on two ``size``×``size`` matrices at the current thread count,
-    GFLOP/s (2·size³ FLOPs a product; the best of ``repeats``)."""
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
-    out = torch.empty(size, size)
-    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b, out=out), repeats, now) / 1e9
+def gemm_peak_gflops(sizes: tuple[int, ...] = (2048,), repeats: int = 5,
+                     now: Callable[[], float] = time.perf_counter) -> float:
+    """The fp32 ``torch.mm`` rate at the current thread count, GFLOP/s: the best over square ``sizes`` (2·n³
+    FLOPs a product) of ``repeats`` timings each, a timing holding about 2 GFLOP of products (at least one)."""
+    best = 0.0
+    for n in sizes:
+        g = torch.Generator().manual_seed(0)
+        a, b, out = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g), torch.empty(n, n)
+        reps = max(1, int(2e9 // (2 * n**3)))
+
+        def products() -> None:
+            for _ in range(reps):
+                torch.mm(a, b, out=out)
+
+        best = max(best, reps * 2 * n**3 / _best_seconds(products, repeats, now) / 1e9)
+    return best
 
 
 def elementwise_rate(op: str, numel: int = 2**16, repeats: int = 5, calls: int = 64,
@@ -802,19 +767,21 @@ def _fmt_bytes(num: float | None) -> str:
     return f"{num:.1f} GiB"
 
 
-def hardware_info(device: torch.device) -> dict[str, Any]:
-    """CPU model, GPU name, torch/python versions, thread counts and the code's commit (:func:`code_commit`)."""
-    cpu = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()`` or the machine type)."""
     try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    """CPU model, GPU name, torch/python versions, thread counts and the code's commit (:func:`code_commit`)."""
     info = {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -831,19 +798,12 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def code_commit() -> str:
-    """The commit a result came from (:func:`attnbench.experiments.code_commit`)."""
-    from attnbench.experiments import code_commit as commit
-
-    return commit()
-
-
 def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_bwd") -> list[Any]:
     """Rich tables of time and peak-memory ratios to the sdpa_scaled_dot baseline, one column per (n, d)."""
     from rich.table import Table
 
     by_key = {(r["score"], r["path"], r["n"], r["d"], r["mode"]): r for r in rows}
-    combos = [(s, p) for s in cfg.scores for p in cfg.paths]
+    bases = [by_key.get((BASELINE_SCORE, BASELINE_PATH, n, d, mode)) for n, d in cfg.sizes]
     tables = []
     for metric, title, absolute in (
         ("time_s", "time", lambda x: f"{x * 1e3:.3g} ms"),
@@ -853,17 +813,12 @@ def ratio_tables(rows: list[dict[str, Any]], cfg: BenchConfig, mode: str = "fwd_
         table.add_column("score / path", no_wrap=True)
         for n, d in cfg.sizes:
             table.add_column(f"n={n}\nd={d}", justify="right")
-        baseline_cells = []
-        for n, d in cfg.sizes:
-            base = by_key.get((BASELINE_SCORE, BASELINE_PATH, n, d, mode))
-            ok = base is not None and base["status"] == "ok"
-            baseline_cells.append(absolute(base[metric]) if ok and base[metric] is not None else "-")
-        table.add_row("sdpa (absolute)", *baseline_cells, style="bold")
-        for score, path in combos:
+        table.add_row("sdpa (absolute)", *(absolute(b[metric]) if b and b["status"] == "ok" and b[metric] is not None
+                                           else "-" for b in bases), style="bold")
+        for score, path in [(s, p) for s in cfg.scores for p in cfg.paths]:
             cells = []
-            for n, d in cfg.sizes:
+            for (n, d), base in zip(cfg.sizes, bases):
                 row = by_key.get((score, path, n, d, mode))
-                base = by_key.get((BASELINE_SCORE, BASELINE_PATH, n, d, mode))
                 if row is None:
                     cells.append("")
                 elif row["status"] == "skipped_mem":
@@ -946,12 +901,8 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path,
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_COLUMNS})
-    for path, text in ((csv_path, buffer.getvalue()),
-                       (json_path, json.dumps({"meta": meta, "rows": rows, "exponents": exponents or []},
-                                              indent=2))):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    write_text(csv_path, buffer.getvalue())
+    write_text(json_path, json.dumps({"meta": meta, "rows": rows, "exponents": exponents or []}, indent=2))
     return csv_path, json_path
 
 
@@ -1007,27 +958,14 @@ def log_to_wandb(rows: list[dict[str, Any]], pngs: list[Path], meta: dict[str, A
             pass
 
 
-def config_dict(cfg: BenchConfig) -> dict[str, Any]:
-    """JSON-able view of the config."""
-    data = dataclasses.asdict(cfg)
-    data.update(device=str(cfg.device), dtype=str(cfg.dtype).removeprefix("torch."), out=str(cfg.out),
-                sizes=[list(s) for s in cfg.sizes])
-    return data
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; returns 0, or 1 if any case ended in ``error``."""
+    """Measure, write, plot, print and log; returns 0, or 1 if any case ended in ``error``."""
     from rich.console import Console
 
     # Wide enough for the ratio tables when the output is a pipe or a file (rich assumes 80 columns there).
     console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
     cfg = build_config(parse_args(argv))
     cfg.out.mkdir(parents=True, exist_ok=True)
-    return _run(cfg, console)
-
-
-def _run(cfg: BenchConfig, console: Any) -> int:
-    """Measure, write, plot, print and log; the body of :func:`main`."""
     hardware = hardware_info(cfg.device)
     console.print(
         f"[bold]attnbench attention cost benchmark[/]  torch {hardware['torch']}  device {cfg.device}"
@@ -1063,9 +1001,11 @@ def _run(cfg: BenchConfig, console: Any) -> int:
         "path=fast calls fn.attend; path=naive calls ScoreFunction.attend (materialises the n×n scores); "
         "a score function without its own attend runs the same code on both paths.",
         RATIO_NOTE,
+        BOUND_NOTE,
     ]
-    notes.append(BOUND_NOTE)
-    meta = {"config": config_dict(cfg), "hardware": hardware, "notes": notes, "rates": rates,
+    config = {**dataclasses.asdict(cfg), "device": str(cfg.device), "dtype": str(cfg.dtype).removeprefix("torch."),
+              "out": str(cfg.out), "sizes": [list(s) for s in cfg.sizes]}
+    meta = {"config": config, "hardware": hardware, "notes": notes, "rates": rates,
             "created": dt.datetime.now().isoformat(timespec="seconds"), "command": sys.argv}
     csv_path, json_path = write_results(rows, meta, cfg.out, exponents)
     pngs = plot_results([r for r in rows if r["threads"] == max(cfg.threads)], cfg)

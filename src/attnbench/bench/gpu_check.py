@@ -46,18 +46,14 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: the wheels' default folder, in the current directory (a checkout's ``.whl/``, passed to the machine by ``carry``)
 WHEELS = Path(".whl")
-# packages attnbench needs that the lent H200's image lacks (docs/results.md: GPU; /work/.library KINDS.md)
-# the device tool runs at most 600 s per command, and a task has 15 minutes of device time in all, the
-# machine's start (minutes) included (/work/.library/device/README.md): the whole check is ONE command of at
-# most 540 s, leaving 60 s of the command's limit for Python's start, the copy of the results and a margin
+# the whole check is ONE command of the device tool (at most 600 s): 540 s leave a minute for Python's start and
+# the copy of the results
 COMMAND_LIMIT_S = 600
 BUDGET_S = 540
 NEEDED_MODULES = ("torch", "pytorch_lightning", "hydra", "omegaconf", "datasets", "tokenizers", "torchmetrics",
                   "rich", "matplotlib", "pandas", "scipy", "wandb")
-#: the distributions attnbench needs that the GPU machines' image lacks, dependencies included: the closure of
-#: attnbench's requirements (Python 3.12, Linux x86-64) less the packages the image holds (the device tool's
-#: KINDS.md, 2026-11-17). ``--fetch-wheels`` downloads each at the version installed here, so the GPU runs what the
-#: tests ran; recompute the list when the image or a requirement changes.
+#: the distributions attnbench needs that the GPU machines' image lacks, dependencies included (Python 3.12, Linux
+#: x86-64); ``--fetch-wheels`` downloads each at the version installed here, so the GPU runs what the tests ran
 GPU_WHEELS = ("annotated-types", "antlr4-python3-runtime", "cwevals", "datasets", "dill", "distro",
               "googleapis-common-protos", "hydra-core", "multiprocess", "omegaconf", "opentelemetry-api",
               "opentelemetry-exporter-http-transport", "opentelemetry-exporter-otlp-common",

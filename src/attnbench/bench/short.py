@@ -12,11 +12,9 @@ machine is less disturbed than wall time by other processes; with one thread it
 equals the wall time of an undisturbed run.
 
 ``--malloc fixed`` (the default) fixes glibc's mmap and trim thresholds before anything is allocated
-(``mallopt(M_MMAP_THRESHOLD, 64 MiB)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``; see ``mallopt(3)``). With
-glibc's dynamic defaults a process may return each freed multi-MiB block to the OS and fault fresh pages in on
-every call: the copies that ``euclidean`` and ``cosine`` make of q and k then cost 10x, and their ratios
-to ``scaled_dot`` jumped between 1.1-1.2x and 1.6-2.2x from one process to the next (docs/cost.md).
-Elsewhere than Linux/glibc the option does nothing (said so in the header).
+(``mallopt(M_MMAP_THRESHOLD, 64 MiB)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``; see ``mallopt(3)``): with glibc's
+dynamic thresholds a process may return each freed multi-MiB block to the OS and fault fresh pages in on every
+call, which makes the ratios vary from process to process (docs/cost.md). Elsewhere than glibc it does nothing.
 
     taskset -c 1 attnbench bench short --threads 1
     taskset -c 1 attnbench bench short --threads 1 --malloc default   # glibc as it comes

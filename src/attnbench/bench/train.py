@@ -61,11 +61,13 @@ from omegaconf import OmegaConf
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from attnbench.bench.attention import code_commit, cpu_model, gemm_peak_gflops
 from attnbench.callbacks.throughput import Throughput, batch_size, num_tokens
 from attnbench.config import config_dir
 from attnbench.models.module import TextClassifierModule
 
 CONF = str(config_dir())  # the installed package's configs (attnbench.conf)
+GEMM_SIZES = (512, 1024, 2048)  # the square torch.mm sizes whose best rate is the GEMM peak MFU divides by
 
 
 class BareClassifier(nn.Module):
@@ -109,26 +111,6 @@ def bare_loop(model: nn.Module, loader, steps: int, warmup: int, lr: float) -> f
             if step >= steps:
                 break
     return tokens / (time.perf_counter() - t0)
-
-
-def gemm_peak_flops(sizes: tuple[int, ...] = (512, 1024, 2048), repeats: int = 5) -> float:
-    """The machine's fp32 GEMM rate in FLOP/s at the current ``torch.get_num_threads()``.
-
-    Best over square ``torch.mm`` sizes and ``repeats`` timings each (2·n³ FLOP
-    per product), after one untimed product per size: the practical peak a
-    model's matmuls can reach on this CPU and thread count.
-    """
-    best = 0.0
-    for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        torch.mm(a, b)
-        reps = max(1, int(2e9 // (2 * n**3)))  # ~2 GFLOP per timing
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                torch.mm(a, b)
-            best = max(best, reps * 2 * n**3 / (time.perf_counter() - t0))
-    return best
 
 
 def step_flops(module: nn.Module, input_ids: torch.Tensor, padding_mask: torch.Tensor,
@@ -265,34 +247,14 @@ def write_json(args: argparse.Namespace, result: dict) -> None:
     import platform
     import sys
 
+    from attnbench.run.outputs import write_text
+
     meta = {"command": " ".join(["attnbench bench train", *sys.argv[1:]]), "commit": code_commit(),
             "created": dt.datetime.now().isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "processor": cpu_model(),
             "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
-    tmp.replace(args.json)
-
-
-def code_commit() -> str:
-    """The commit a result came from (:func:`attnbench.experiments.code_commit`)."""
-    from attnbench.experiments import code_commit as commit
-
-    return commit()
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    write_text(args.json, json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
 
 
 def _dispatch(args: argparse.Namespace) -> dict:
@@ -365,14 +327,14 @@ def compare_batching(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     first = cfgs[names[0]]
     dms = {n: _datamodule(cfgs[n]) for n in names}
     threads = torch.get_num_threads()
-    peak = gemm_peak_flops()
+    peak = gemm_peak_gflops(GEMM_SIZES) * 1e9
     rates: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as log_dir:
         for _ in range(args.repeats):
             for n in names:
                 pl.seed_everything(first.seed, workers=True)
                 rates[n].append(lightning_run(cfgs[n], dms[n], args.steps, args.warmup, log_dir))
-    peak_after = gemm_peak_flops()
+    peak_after = gemm_peak_gflops(GEMM_SIZES) * 1e9
     peak_used = max(peak, peak_after)  # on a shared machine the less disturbed measurement is the closer one
     out: dict[str, dict[str, float]] = {}
     for n in names:

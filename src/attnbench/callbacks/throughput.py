@@ -105,66 +105,43 @@ def peak_memory_bytes(device: torch.device) -> int:
 class Throughput(pl.Callback):
     """Whole-run throughput, peak memory and parameter count.
 
-    Training rate: samples and non-padding tokens of every training batch after
-    the first ``warmup_steps`` batches, divided by the wall time of those
-    batches (seconds, CUDA-synchronised; data loading between batches counted,
-    while validation, the end of an epoch with its checkpoint and the first
-    fetch after each of them are not; a checkpoint saved mid-epoch,
-    ``callbacks.last_checkpoint.every_n_train_steps``, counts in the next
-    batch). ``train/steps_per_sec`` counts optimizer steps
-    (``trainer.global_step``), the unit of ``trainer.max_steps``: with
-    ``accumulate_grad_batches=k`` one per k batches.
-    Test rate: the same over the whole test loop (inference only). Under DDP
-    both count the samples and tokens of every process, over the time of the
-    slowest: the whole job's throughput. (Evaluation loaders give each
-    process distinct rows, :func:`attnbench.distributed.eval_sampler`, so the
-    test counts are the split's own.)
+    Training rate: samples and non-padding tokens of every training batch after the first ``warmup_steps``
+    batches, over the wall seconds of those batches (CUDA-synchronised; data loading between batches counted;
+    validation, the end of an epoch with its checkpoint and the first fetch after each are not; a mid-epoch
+    checkpoint counts in the next batch). ``train/steps_per_sec`` counts optimizer steps (``trainer.global_step``,
+    the unit of ``trainer.max_steps``: one per k batches with ``accumulate_grad_batches=k``). Test rate: the same
+    over the whole test loop. Under DDP both count every process's samples and tokens over the slowest process's
+    time (evaluation loaders give each process distinct rows, :func:`attnbench.distributed.eval_sampler`).
 
-    After a run, :attr:`summary` holds ``train/samples_per_sec``,
-    ``train/tokens_per_sec``, ``train/steps_per_sec``, ``train/time_sec`` (the measured steps),
-    ``train/samples`` and ``train/tokens`` (counted in the measured steps, all processes),
-    ``test/samples_per_sec``, ``test/tokens_per_sec``, ``test/samples``, ``test/tokens``,
-    ``perf/peak_mem_bytes`` and ``model/params``.
+    After a run, :attr:`summary` holds ``train/samples_per_sec``, ``train/tokens_per_sec``,
+    ``train/steps_per_sec``, ``train/time_sec`` (the measured steps), ``train/samples`` and ``train/tokens``
+    (counted in the measured steps, all processes), ``test/samples_per_sec``, ``test/tokens_per_sec``,
+    ``test/samples``, ``test/tokens``, ``perf/peak_mem_bytes`` and ``model/params``.
 
-    A wall-clock rate is only as good as the machine's quietness: on a CPU, a
-    paused process (SIGSTOP, a suspended laptop) or a core shared with another
-    process stretches the wall time of the same work. So a single-process CPU
-    run also records ``train/cpu_share`` and ``test/cpu_share``: the CPU
-    seconds of the training thread (``time.thread_time``) over the wall
-    seconds of the same measured steps. An undisturbed run keeps its thread
-    busy (about 1.0, with any number of intra-op threads: the calling thread
-    takes part in every parallel region); a run that had half a core reads
-    about 0.5. With several threads only the calling thread is seen: another
-    process on a worker thread's core slows the step without lowering the
-    share. :func:`attnbench.analysis.stats.summarise` leaves runs below
-    :data:`attnbench.analysis.stats.MIN_CPU_SHARE` out of its throughput
-    columns. Not recorded on GPU (the thread waits for the device) nor under
-    DDP (processes wait for each other in the all-reduce), where it would not
-    separate a disturbed run from a normal one.
+    A single-process CPU run also records ``train/cpu_share`` and ``test/cpu_share``: the CPU seconds of the
+    training thread (``time.thread_time``) over the wall seconds of the same steps. An undisturbed run reads about
+    1.0 with any number of intra-op threads (the calling thread takes part in every parallel region); a paused
+    process or one sharing its core reads less (half a core: about 0.5); another process on a worker thread's
+    core is not seen. :func:`attnbench.analysis.stats.summarise` leaves runs below :data:`MIN_CPU_SHARE` out of
+    its throughput columns. Not recorded on GPU (the thread waits for the device) nor under DDP (processes wait
+    for each other in the all-reduce).
 
-    Where each rate was measured is in :attr:`measured_on`: ``train_host`` and ``test_host``
-    (:func:`machine_boot`; under DDP rank 0's). A resumed run whose measured training steps ran on several
-    hosts (interrupted on one machine, resumed on another) has them all, sorted and joined by ``+``; steps
-    restored from a checkpoint that names no host count as :data:`UNKNOWN_HOST`. These are text, so they go to
-    ``metrics.json`` and the W&B summary, not to the loggers' metric rows.
+    :attr:`measured_on` names where each rate was measured: ``train_host`` and ``test_host``
+    (:func:`machine_boot`; under DDP rank 0's); a resumed run's training steps measured on several hosts are
+    sorted and joined by ``+``, and steps restored from a checkpoint that names no host count as
+    :data:`UNKNOWN_HOST`. These are text: they go to ``metrics.json`` and the W&B summary, not to metric rows.
 
-    A resumed run's ``perf/peak_mem_bytes`` is the largest of its processes'
-    (each checkpoint keeps the peak so far). A resumed single-process run
-    reports the rate of every measured step, before
-    and after the interruption: the measured seconds, CPU seconds, samples,
-    tokens and steps are kept in each checkpoint (:meth:`state_dict`) and
-    restored, so steps trained after the checkpoint and lost with the
-    interruption are counted once, when they are trained again; each process
-    start excludes its own first ``warmup_steps``. A job killed after its last
-    checkpoint (while testing) thus reports its whole training rate. Under DDP
-    each process measures its own rows and the checkpoint holds rank 0's only,
-    so a resumed DDP run reports the steps after its checkpoint.
+    Resume: ``perf/peak_mem_bytes`` is the largest of the run's processes (each checkpoint keeps the peak so
+    far). A single-process run keeps its measured seconds, CPU seconds, samples, tokens and steps in every
+    checkpoint (:meth:`state_dict`) and counts on from them, so it reports the rate of every measured step, steps
+    lost with an interruption counted once, when trained again; each process start excludes its own first
+    ``warmup_steps``. Under DDP the checkpoint holds rank 0's counters only, so a resumed DDP run reports the steps
+    after its checkpoint.
 
     Args:
-        warmup_steps: training batches excluded from the rate (allocator warm-up,
-            kernel selection, first-touch page faults), extended to the end of
-            the optimizer step they end in (``accumulate_grad_batches``), so
-            every measured step is timed whole.
+        warmup_steps: training batches excluded from the rate (allocator warm-up, kernel selection, first-touch
+            page faults), extended to the end of the optimizer step they end in, so every measured step is timed
+            whole.
     """
 
     def __init__(self, warmup_steps: int = 20) -> None:

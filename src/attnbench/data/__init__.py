@@ -23,7 +23,7 @@ _LAZY = {
     "EpochShuffleSampler": "samplers", "LengthGroupedBatchSampler": "samplers", "PadCollator": "samplers",
     "ResumableDataLoader": "samplers", "TokenizedSplit": "samplers",
     "PAD_TOKEN": "tokenizer", "SEP_TOKEN": "tokenizer", "UNK_TOKEN": "tokenizer", "canonical_token_ids": "tokenizer",
-    "continuing_symbols": "tokenizer", "encode_ids": "tokenizer", "encode_ids_counting": "tokenizer",
+    "continuing_symbols": "tokenizer", "encode_ids_counting": "tokenizer",
     "train_tokenizer": "tokenizer",
 }
 
@@ -35,10 +35,5 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"attnbench.data.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'attnbench.data' has no attribute {name!r}")
 
-__all__ = [
-    "BATCHING", "CACHE_VERSION", "PAD_TOKEN", "SEP_TOKEN", "SPLITS", "UNK_TOKEN", "DataConfig", "DataConfigError",
-    "DataUnavailableError", "EpochShuffleSampler", "LengthGroupedBatchSampler", "PadCollator", "ResumableDataLoader",
-    "SplitStats",
-    "TextClassificationDataModule", "TokenizedSplit", "canonical_token_ids", "clean_texts", "column",
-    "continuing_symbols", "encode_ids", "encode_ids_counting", "train_tokenizer",
-]
+
+__all__ = sorted([*_LAZY, "BATCHING", "DataConfig", "DataConfigError", "DataUnavailableError"])

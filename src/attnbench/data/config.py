@@ -31,10 +31,8 @@ VAL_SPLIT_NAMES = ("validation", "valid", "dev", "val")  # what ``val_split: aut
 
 def _plain(value: Any) -> Any:
     """OmegaConf containers (what Hydra's ``instantiate`` passes) as plain dicts and lists."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf comes with hydra
-        return value
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
     return value
@@ -42,35 +40,6 @@ def _plain(value: Any) -> Any:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def missing_file_message(split: str, path: str, resolved: str, keyed: bool) -> str:
-    """The message for a ``data.data_files`` entry that names no file: the file, the key to change, the syntax."""
-    key = f"data.data_files.{split}" if keyed else "data.data_files"
-    where = "" if os.path.isabs(os.path.expanduser(path)) else f"; from the launch directory: {resolved}"
-    return (f"{key}: no file {path} (split {split!r}{where}). Set {key} to an existing file (the syntax, with "
-            "examples: docs/data.md).")
-
-
-def check_files_exist(files: Mapping[str, list[str]], keyed: bool = True) -> None:
-    """Refuse a ``data.data_files`` entry that is not an existing file (``~`` and relative paths as
-    :func:`attnbench.paths.user_path` resolves them: from the launch directory).
-
-    Args:
-        files: ``{split: [path, ...]}`` (:meth:`DataConfig.files_by_split`).
-        keyed: whether the user wrote ``{split: path}`` (the message names ``data.data_files.<split>``) or a bare
-            path / list (``data.data_files``).
-
-    Raises:
-        DataConfigError: naming the first missing file and the key to change.
-    """
-    from attnbench.paths import user_path
-
-    for split, paths in files.items():
-        for path in paths:
-            resolved = user_path(path)
-            if not resolved.is_file():
-                raise DataConfigError(missing_file_message(split, path, str(resolved), keyed))
 
 
 @dataclass
@@ -134,12 +103,10 @@ class DataConfig:
         self.data_files = _plain(self.data_files)
         self.tokenizer = {**TOKENIZER_DEFAULTS, **dict(_plain(self.tokenizer) or {})}
         for key in ("max_length", "batch_size", "eval_batch_size", "max_train_samples", "max_eval_samples"):
-            value = getattr(self, key)
-            if value is not None and not (_is_int(value) and value >= 1):
-                raise DataConfigError(f"data.{key} must be an integer >= 1{' or null' if 'samples' in key else ''}, "
+            value, nullable = getattr(self, key), "samples" in key
+            if not ((value is None and nullable) or (_is_int(value) and value >= 1)):
+                raise DataConfigError(f"data.{key} must be an integer >= 1{' or null' if nullable else ''}, "
                                       f"got {value!r}")
-            if key in ("max_length", "batch_size", "eval_batch_size") and value is None:
-                raise DataConfigError(f"data.{key} must be an integer >= 1, got None")
         if self.batching not in BATCHING:
             raise DataConfigError(f"data.batching must be one of {', '.join(BATCHING)}, got {self.batching!r}")
         if not (_is_int(self.megabatch_size) and self.megabatch_size >= 1):
@@ -215,7 +182,8 @@ class DataConfig:
                                   f"{needed}")
 
     def check_data_files(self) -> None:
-        """``data.data_files``' files exist, then it has an entry for every split named (test, validation).
+        """``data.data_files``' files exist (``~`` and relative paths resolved from the launch directory,
+        :func:`attnbench.paths.user_path`), then it has an entry for every split named (test, validation).
 
         Run where the source is resolved (:func:`attnbench.data.sources.resolve_source`: the command line's
         preflight before torch, and the data module), not at construction: the keys alone compose and check
@@ -223,11 +191,22 @@ class DataConfig:
         misspelt path is said as such, not as a missing split entry.
 
         Raises:
-            DataConfigError: naming the missing file and its key, or the missing split entry and the fix.
+            DataConfigError: naming the first missing file and its key (``data.data_files.<split>`` when the user
+                wrote ``{split: path}``), or the missing split entry and the fix.
         """
+        from attnbench.paths import user_path
+
         if self.data_files is None:
             return
-        check_files_exist(self.data_files, keyed=self._files_keyed)
+        for split, paths in self.data_files.items():
+            key = f"data.data_files.{split}" if self._files_keyed else "data.data_files"
+            for path in paths:
+                resolved = user_path(path)
+                if not resolved.is_file():
+                    where = ("" if os.path.isabs(os.path.expanduser(path))
+                             else f"; from the launch directory: {resolved}")
+                    raise DataConfigError(f"{key}: no file {path} (split {split!r}{where}). Set {key} to an existing "
+                                          "file (the syntax, with examples: docs/data.md).")
         for split in (self.test_split, None if self.val_split == "auto" else self.val_split):
             if split is not None and split not in self.data_files:
                 raise DataConfigError(

@@ -1,25 +1,13 @@
-"""The LightningDataModule: any text-classification dataset by config, padded token batches out.
+"""The LightningDataModule: any text-classification dataset by config, padded token batches out. It only orders
+the jobs of the other modules of :mod:`attnbench.data`.
 
-Jobs, one module each: :mod:`.config` (every ``data.*`` key, validated once), :mod:`.sources` (local files,
-the mirror layout, the Hub with one fast probe, the packaged SST-2/TREC), :mod:`.rows` (bad-row policy, label
-checks), :mod:`.splits` (group-aware carving, stratified test carving, k-fold), :mod:`.tokenizer`,
-:mod:`.cache` (key + atomic write), :mod:`.samplers` (epoch shuffle, length-grouped batches, padding). This
-module only orders them.
+Splits (:class:`~attnbench.data.config.DataConfig`): validation, and a test set where the source has no test
+split, are carved from train so that no held-out text equals or occurs inside a training text
+(:mod:`attnbench.data.splits`); class names are matched by name across splits.
 
-Splits: the training split is trained on. Validation is the source's own validation split when it has one
-(``data.val_split``), otherwise carved from train with a fixed seed (``val_size``, ``split_seed``) so that no
-validation text equals or occurs inside a training text (group-aware, see :mod:`attnbench.data.splits`). The
-test split is the source's own (``data.test_split``; its overlaps with training counted in the log), or, when
-there is none, carved from train (stratified, group-aware, ``data.test_size``), or fold ``data.fold`` of a
-stratified k-fold partition (``data.cv_folds``). Class names are matched by name across splits.
-
-Tokenizer: trained on the training rows only, then every split is tokenized once and cached on disk
-(``cache_dir/<key>/``) with the tokenizer. The key hashes everything that changes the result (source data
-fingerprint, columns, splits and their carving, tokenizer settings, ``max_length``), so a second run of the same
-config re-tokenizes nothing and a changed setting never reuses a stale cache. Every part of an entry is read and
-checked against ``meta.json`` when it is used; a part that fails is named in one warning and the entry rebuilt
-(:func:`attnbench.data.cache.read_or_rebuild`). Reading writes nothing into the entry (the sample caps select
-rows in memory).
+Tokenizer: trained on the training rows only; every split is tokenized once and cached on disk with the tokenizer
+(:mod:`attnbench.data.cache`: the key hashes everything that changes the result, a damaged entry is rebuilt).
+Reading writes nothing into the entry (the sample caps select rows in memory).
 
 Lightning's rule: :meth:`prepare_data` (one process per node) only writes the cache; :meth:`setup` (every
 process) finds the cache itself and never relies on anything ``prepare_data`` stored.
@@ -109,15 +97,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
     Args:
         seed: the run's seed (``cfg.seed``): the order of the training batches of each epoch is a function of
             ``(seed, epoch)`` only (:class:`EpochShuffleSampler`).
-        **data: the ``data.*`` keys of :class:`attnbench.data.config.DataConfig` (their meaning, defaults and
-            ranges are documented there): ``name``, ``hub_id``, ``hub_config``, ``builder``, ``data_files``,
-            ``text_column``, ``text_pair_column``, ``label_column``, ``train_split``, ``val_split``,
-            ``test_split``, ``test_size``, ``cv_folds``, ``fold``, ``local_dir``, ``packaged``, ``cache_dir``,
-            ``val_size``, ``split_seed``, ``max_length``, ``batch_size``, ``eval_batch_size``, ``num_workers``,
-            ``tokenizer`` (``{kind: wordpiece|byte_bpe|bytes|word_level, vocab_size, lowercase, min_frequency}``),
-            ``max_train_samples``, ``max_eval_samples``, ``batching`` (``random`` | ``length_grouped``),
-            ``megabatch_size``; a generated task: ``generator``, ``num_pairs``, ``num_keys``, ``num_values``,
-            ``num_train``.
+        **data: the ``data.*`` keys, kept as :attr:`cfg` (a :class:`attnbench.data.config.DataConfig`, where their
+            meaning, defaults and ranges are documented).
 
     Raises:
         DataConfigError: at construction, a key outside its range; from :meth:`prepare_data` / :meth:`setup`,
@@ -132,20 +113,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
         self.cfg = DataConfig(**data)
         self.seed = int(seed)
         cfg = self.cfg
-        self.name = cfg.name
-        self.hub_id, self.hub_config = cfg.hub_id, cfg.hub_config
-        self.text_column, self.text_pair_column, self.label_column = (cfg.text_column, cfg.text_pair_column,
-                                                                      cfg.label_column)
-        self.train_split, self.test_split = cfg.train_split, cfg.test_split
+        self.name, self.max_length, self.batch_size = cfg.name, cfg.max_length, cfg.batch_size
         self.local_dir = local_root(cfg)
         self.cache_root = user_path(cfg.cache_dir)
-        self.val_size, self.split_seed = cfg.val_size, cfg.split_seed
-        self.max_length = cfg.max_length
-        self.batch_size, self.eval_batch_size = cfg.batch_size, cfg.eval_batch_size
-        self.num_workers = cfg.num_workers
-        self.batching, self.megabatch_size = cfg.batching, cfg.megabatch_size
-        self.tokenizer_cfg = cfg.tokenizer
-        self.max_train_samples, self.max_eval_samples = cfg.max_train_samples, cfg.max_eval_samples
         self.splits: dict[str, TokenizedSplit] = {}
         self.label_names: list[str] = []
         self.vocab_size = 0
@@ -203,10 +173,11 @@ class TextClassificationDataModule(pl.LightningDataModule):
         Raises:
             attnbench.data.cache.CacheDamaged: naming the first part that fails to read or does not match ``meta.json``.
         """
+        cfg = self.cfg
         with reading(folder / "meta.json"):
             meta = json.loads((folder / "meta.json").read_text())
             check_meta(meta)
-        caps = {"train": self.max_train_samples, "val": self.max_eval_samples, "test": self.max_eval_samples}
+        caps = {"train": cfg.max_train_samples, "val": cfg.max_eval_samples, "test": cfg.max_eval_samples}
         splits: dict[str, TokenizedSplit] = {}
         for split in SPLITS:
             with reading(folder / split):
@@ -215,7 +186,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
                     raise ValueError(f"{len(ds)} rows with columns {ds.column_names}; meta.json says "
                                      f"{meta['counts'][split]} rows with columns {list(COLUMNS)}")
                 if caps[split] is not None and caps[split] < len(ds):
-                    ds = ds.shuffle(seed=self.split_seed, keep_in_memory=True).select(range(int(caps[split])))
+                    ds = ds.shuffle(seed=cfg.split_seed, keep_in_memory=True).select(range(int(caps[split])))
                 splits[split] = TokenizedSplit(*(column(ds, c) for c in COLUMNS))
         with reading(folder / "tokenizer.json"):
             tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -225,8 +196,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
     # ----------------------------------------------------------------- building
     def _train_tokenizer(self, texts: list[str]):
         """A tokenizer trained on ``texts`` (:func:`attnbench.data.tokenizer.train_tokenizer` with this config)."""
-        t = self.tokenizer_cfg
-        pair = self.text_pair_column is not None
+        t, pair = self.cfg.tokenizer, self.cfg.text_pair_column is not None
         return train_tokenizer(texts, t["kind"], t["vocab_size"], t["lowercase"], t["min_frequency"],
                                self.max_length, (SEP_TOKEN,) if pair else (), SEP_TOKEN if pair else None)
 
@@ -240,11 +210,12 @@ class TextClassificationDataModule(pl.LightningDataModule):
         ``"<first> [SEP] <second>"`` (what carving and the overlap counts compare); the two cleaned texts are
         kept in the columns :data:`PAIR_COLUMNS` of the returned rows, for the tokenizer.
         """
+        cfg = self.cfg
         where = f"{self.name}/{source_split}"
-        texts, keep, invalid = clean_texts(column(ds, self.text_column), self.text_column, where)
+        texts, keep, invalid = clean_texts(column(ds, cfg.text_column), cfg.text_column, where)
         keep = self._with_tokens(texts, keep)
-        if self.text_pair_column is not None:
-            seconds, keep2, invalid2 = clean_texts(column(ds, self.text_pair_column), self.text_pair_column, where)
+        if cfg.text_pair_column is not None:
+            seconds, keep2, invalid2 = clean_texts(column(ds, cfg.text_pair_column), cfg.text_pair_column, where)
             keep = sorted(set(keep) & set(self._with_tokens(seconds, keep2)))
             invalid += invalid2
             ds = ds.add_column(PAIR_COLUMNS[0], texts).add_column(PAIR_COLUMNS[1], seconds)
@@ -252,7 +223,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
         stats.add(split, "dropped_empty", len(texts) - len(keep))
         stats.add(split, "invalid_utf8", invalid)
         if not keep:
-            columns = self.text_column + (f"/{self.text_pair_column}" if self.text_pair_column else "")
+            columns = cfg.text_column + (f"/{cfg.text_pair_column}" if cfg.text_pair_column else "")
             raise DataConfigError(f"{where}: all {len(texts):,} texts in column {columns!r} are empty (or tokenize "
                                   "to nothing); set data.text_column to the column with the texts.")
         if len(keep) < len(texts):
@@ -264,7 +235,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         """The indices of ``keep`` whose text the tokenizer cuts into at least one token
         (:func:`~attnbench.data.tokenizer.token_counts`): texts of only zero-width or control characters, or of
         characters the normalizer removes, are empty texts too."""
-        counts = token_counts([texts[i] for i in keep], self.tokenizer_cfg["kind"], self.tokenizer_cfg["lowercase"])
+        t = self.cfg.tokenizer
+        counts = token_counts([texts[i] for i in keep], t["kind"], t["lowercase"])
         return [i for i, n in zip(keep, counts) if n > 0]
 
     def _carve(self, train: datasets.Dataset, texts: list[str]) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
@@ -276,14 +248,15 @@ class TextClassificationDataModule(pl.LightningDataModule):
         Raises:
             DataConfigError: ``data.val_size`` leaves no rows for one side.
         """
+        cfg = self.cfg
         n = len(train)
-        n_val = round(self.val_size * n) if self.val_size < 1 else int(self.val_size)
+        n_val = round(cfg.val_size * n) if cfg.val_size < 1 else int(cfg.val_size)
         if not 1 <= n_val < n:
-            raise DataConfigError(f"data.val_size={self.val_size} leaves no rows for train or val ({n} rows)")
-        carving = carve_disjoint(texts, n_val, self.split_seed)
+            raise DataConfigError(f"data.val_size={cfg.val_size} leaves no rows for train or val ({n} rows)")
+        carving = carve_disjoint(texts, n_val, cfg.split_seed)
         if not carving.val or not carving.train:
             raise DataConfigError(
-                f"{self.name}/{self.train_split}: no validation set of about {n_val} rows shares no text with the "
+                f"{self.name}/{cfg.train_split}: no validation set of about {n_val} rows shares no text with the "
                 f"training rows (the texts are all contained in each other); raise data.val_size.")
         if len(carving.val) < n_val:
             log.info("%s: validation has %d rows (data.val_size asks %d): whole groups of texts that share source "
@@ -294,34 +267,35 @@ class TextClassificationDataModule(pl.LightningDataModule):
                        ) -> tuple[datasets.Dataset, datasets.Dataset, Carving]:
         """No test split: a stratified carved test set (``data.test_size``) or fold ``data.fold`` of k."""
         cfg = self.cfg
-        labels = label_ids(column(train, self.label_column), names)
+        labels = label_ids(column(train, cfg.label_column), names)
         n = len(train)
         if cfg.cv_folds:
             if n < cfg.cv_folds:
                 raise DataConfigError(f"data.cv_folds={cfg.cv_folds} needs at least as many rows; "
-                                      f"{self.name}/{self.train_split} has {n}")
-            carving = cv_fold(texts, labels, cfg.cv_folds, cfg.fold, self.split_seed)
+                                      f"{self.name}/{cfg.train_split} has {n}")
+            carving = cv_fold(texts, labels, cfg.cv_folds, cfg.fold, cfg.split_seed)
             what = f"fold {cfg.fold} of {cfg.cv_folds} (stratified, identical texts in one fold)"
         else:
             n_test = round(cfg.test_size * n) if cfg.test_size < 1 else int(cfg.test_size)
             if not 1 <= n_test < n:
                 raise DataConfigError(f"data.test_size={cfg.test_size} leaves no rows for train or test ({n} rows)")
-            carving = carve_stratified(texts, labels, n_test, self.split_seed)
+            carving = carve_stratified(texts, labels, n_test, cfg.split_seed)
             what = f"a stratified carve of data.test_size={cfg.test_size}"
         if not carving.val or not carving.train:
-            raise DataConfigError(f"{self.name}/{self.train_split}: no test set shares no text with the training rows "
+            raise DataConfigError(f"{self.name}/{cfg.train_split}: no test set shares no text with the training rows "
                                   "(the texts are all contained in each other); raise data.test_size or use a test "
                                   "split (data.test_split).")
         log.info("%s: no test split; test is %s of %s: %d rows held out, %d left%s.", self.name, what,
-                 self.train_split, len(carving.val), len(carving.train),
+                 cfg.train_split, len(carving.val), len(carving.train),
                  f" ({carving.moved_to_train} held-out rows whose text occurs in a training text moved to training)"
                  if carving.moved_to_train else "")
         return train.select(carving.train), train.select(carving.val), carving
 
     def _build_cache(self, source: Source, target: Path) -> None:
+        cfg = self.cfg
         raw, roles = source.splits, source.roles
-        text_columns = [self.text_column] + ([self.text_pair_column] if self.text_pair_column else [])
-        names = check_columns_and_labels(raw, self.name, roles["train"], text_columns, self.label_column)
+        text_columns = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
+        names = check_columns_and_labels(raw, self.name, roles["train"], text_columns, cfg.label_column)
         stats = SplitStats()
 
         def with_row_ids(split: str) -> datasets.Dataset:
@@ -349,11 +323,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
                                 moved_to_train=carving.moved_to_train, **carving.info)
         leakage = {split: overlap_counts(texts["train"], texts[split]) for split in ("val", "test")}
         leakage.update(carving_info, **test_info)
-        log.info("Training a %s tokenizer on %d training texts", self.tokenizer_cfg["kind"], len(train))
-        pair = self.text_pair_column is not None
+        log.info("Training a %s tokenizer on %d training texts", cfg.tokenizer["kind"], len(train))
+        pair = cfg.text_pair_column is not None
         tokenizer = self._train_tokenizer(  # a pair's two texts are two training texts
             column(train, PAIR_COLUMNS[0]) + column(train, PAIR_COLUMNS[1]) if pair else texts["train"])
-        fields = text_columns
 
         def write(tmp: Path) -> None:
             tokenizer.save(str(tmp / "tokenizer.json"))
@@ -366,9 +339,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 else:
                     ids, truncated, removed = encode_ids_counting(tokenizer, texts[split])
                 stats.add(split, "truncated", truncated)
-                truncation[split] = dict(zip(fields, removed))
+                truncation[split] = dict(zip(text_columns, removed))
                 out = datasets.Dataset.from_dict(
-                    {"input_ids": ids, "label": label_ids(column(ds, self.label_column), names),
+                    {"input_ids": ids, "label": label_ids(column(ds, cfg.label_column), names),
                      "row_id": column(ds, "row_id")}
                 )
                 out.save_to_disk(str(tmp / split))
@@ -468,6 +441,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     def _log_leakage(self, meta: dict[str, Any]) -> None:
         """One log line: how many validation and test texts occur in the training texts (counts before caps)."""
+        cfg = self.cfg
         leak = meta.get("leakage")
         if not leak:
             return
@@ -487,9 +461,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if leak.get("moved_to_train"):
             how += f"; {leak['moved_to_train']:,} validation rows whose text occurs in a training text moved to train"
         caps = " Counted on the full splits, before data.max_*_samples." if (
-            self.max_train_samples or self.max_eval_samples) else ""
+            cfg.max_train_samples or cfg.max_eval_samples) else ""
         val = (f"validation: the dataset's split {leak['val_from']}" if leak.get("val_from") else
-               f"validation carved from {self.train_split}, {how}")
+               f"validation carved from {cfg.train_split}, {how}")
         log.info("%s: overlap with the training texts: %s; %s (%s).%s", self.name, part("val"), part("test"), val,
                  caps)
 
@@ -499,22 +473,23 @@ class TextClassificationDataModule(pl.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         # The order and the loader's own seed never touch the global RNG (see EpochShuffleSampler).
+        cfg = self.cfg
         seed = self.seed
         data = self.splits[split]
         common = dict(generator=torch.Generator().manual_seed(seed), collate_fn=PadCollator(self.pad_id),
-                      num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+                      num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0)
         lengths = [len(ids) for ids in data.input_ids]
         if not shuffle:
             # evaluation: every row exactly once under DDP (attnbench.distributed.eval_sampler); with
             # length_grouped, each process's rows sorted by length so that batches carry little padding
-            sampler = eval_sampler(data, self.trainer, lengths if self.batching == "length_grouped" else None)
-            return DataLoader(data, batch_size=self.eval_batch_size, sampler=sampler, **common)
+            sampler = eval_sampler(data, self.trainer, lengths if cfg.batching == "length_grouped" else None)
+            return DataLoader(data, batch_size=cfg.eval_batch_size, sampler=sampler, **common)
         # training: a mid-epoch checkpoint records the loader's place in the epoch's order (ResumableDataLoader)
         sampler = EpochShuffleSampler(data, seed)
-        if self.batching == "random":
+        if cfg.batching == "random":
             return ResumableDataLoader(data, batch_size=self.batch_size, sampler=sampler, **common)
         batch_sampler = LengthGroupedBatchSampler(sampler, self.batch_size, False, lengths,
-                                                  megabatch_size=self.megabatch_size, shuffle=True, seed=seed)
+                                                  megabatch_size=cfg.megabatch_size, shuffle=True, seed=seed)
         return ResumableDataLoader(data, batch_sampler=batch_sampler, **common)
 
     def train_dataloader(self) -> DataLoader:

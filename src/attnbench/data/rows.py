@@ -107,8 +107,13 @@ def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: 
                 + (_UNLABELED_HINT if -1 in negative else
                    " Integer labels must run 0..K-1; renumber them, or store the column as strings."))
         names = [str(x) for x in sorted(set(train_labels))]
-    if len(names) < 2 or len(set(train_labels)) < 2:  # before the range check: 'only 1 class' says more
-        _refuse_single_class(names, train_labels, name, train_split, label_column)
+    present = set(train_labels)
+    if len(names) < 2 or len(present) < 2:  # before the range check: 'only 1 class' says more
+        raise DataConfigError(
+            f"{name}/{train_split}: only {len(present)} class(es) present in label column "
+            f"{label_column!r} ({sorted(map(str, present))[:5]}); a classifier needs >= 2. Check "
+            "data.label_column, or the file (was it filtered to one class?)."
+        )
     for split, labels in labels_of.items():
         if kind == "str":
             bad_values = [y for y in labels if y not in names]
@@ -256,14 +261,3 @@ def label_ids(labels: list[Any], names: list[str]) -> list[int]:
         index = {n: i for i, n in enumerate(names)}
         return [index[y] for y in labels]
     return [int(y) for y in labels]
-
-
-def _refuse_single_class(names: list[str], train_labels: list[Any], name: str, train_split: str,
-                         label_column: str) -> None:
-    present = {y for y in train_labels}
-    if len(names) < 2 or len(present) < 2:
-        raise DataConfigError(
-            f"{name}/{train_split}: only {len(present)} class(es) present in label column "
-            f"{label_column!r} ({sorted(map(str, present))[:5]}); a classifier needs >= 2. Check "
-            "data.label_column, or the file (was it filtered to one class?)."
-        )

@@ -60,38 +60,25 @@ class EpochShuffleSampler(RandomSampler):
 class LengthGroupedBatchSampler(BatchSampler):
     """Batches of similar length: less padding, same examples per epoch, random order.
 
-    Training (``megabatch_size`` set): the index order of ``sampler`` (a new
-    random permutation each epoch) is cut into *megabatches* of
-    ``megabatch_size`` batches; each megabatch is sorted by length (longest
-    first) and cut into batches of ``batch_size``; then the order of all
-    batches of the epoch is shuffled. This is Hugging Face ``Trainer``'s
-    ``group_by_length`` (``LengthGroupedSampler``: megabatches of 50 batches)
-    with fairseq's shuffled batch order, so neither the batches' members nor
-    their order follow a length curriculum. Evaluation (``megabatch_size=None``,
-    ``shuffle=False``): the whole order of ``sampler`` is one megabatch, i.e.
-    batches sorted by length, longest first.
+    Training (``megabatch_size`` set): the index order of ``sampler`` (a new random permutation each epoch) is cut
+    into *megabatches* of ``megabatch_size`` batches; each megabatch is sorted by length (longest first) and cut
+    into batches of ``batch_size``; then the order of all batches of the epoch is shuffled: Hugging Face
+    ``Trainer``'s ``group_by_length`` (``LengthGroupedSampler``) with fairseq's shuffled batch order, so neither the
+    batches' members nor their order follow a length curriculum. Evaluation (``megabatch_size=None``,
+    ``shuffle=False``): batches sorted by length, longest first. There are as many batches as a plain
+    ``BatchSampler`` makes (only the epoch's last can be short, unless ``drop_last``).
 
-    Determinism: the batch-order shuffle draws from a generator seeded by the
-    sampler's ``(seed, epoch)`` only (``set_epoch`` is called by Lightning on
-    ``batch_sampler.sampler``), never from the global RNG, so a run resumed
-    from an epoch-end checkpoint sees the same batches.
-
-    DDP: Lightning (``use_distributed_sampler``) rebuilds this batch sampler
-    with a ``DistributedSampler`` as ``sampler`` (its init arguments are
-    captured); each process then groups its own shard, and every process gets
-    ``ceil(ceil(N / world_size) / batch_size)`` batches.
-
-    The number of batches equals a plain ``BatchSampler``'s (only the last
-    batch of the epoch can be short, unless ``drop_last``).
+    Determinism: the batch-order shuffle draws from a generator seeded by the sampler's ``(seed, epoch)`` only
+    (Lightning calls ``set_epoch`` on ``batch_sampler.sampler``), never from the global RNG, so a run resumed from
+    an epoch-end checkpoint sees the same batches. DDP: Lightning (``use_distributed_sampler``) rebuilds this batch
+    sampler with a ``DistributedSampler`` as ``sampler``; each process then groups its own shard.
 
     Args:
-        sampler: yields dataset indices (``EpochShuffleSampler``,
-            ``SequentialSampler`` or Lightning's ``DistributedSampler``).
-        batch_size: examples per batch (>= 1).
-        drop_last: drop the epoch's last short batch.
+        sampler: yields dataset indices (``EpochShuffleSampler``, ``SequentialSampler`` or Lightning's
+            ``DistributedSampler``).
+        batch_size: examples per batch (>= 1); drop_last: drop the epoch's last short batch.
         lengths: token count of every dataset example (indexed by dataset index).
-        megabatch_size: batches per megabatch (>= 1), or ``None`` for one
-            megabatch (evaluation: fully sorted).
+        megabatch_size: batches per megabatch (>= 1), or ``None`` for one megabatch (evaluation: fully sorted).
         shuffle: shuffle the order of the batches (training).
         seed: fallback seed when ``sampler`` has no ``seed`` attribute.
     """

@@ -8,7 +8,6 @@ generated tasks whose words are symbols), all with HF ``tokenizers``.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 PAD_TOKEN, UNK_TOKEN, SEP_TOKEN = "[PAD]", "[UNK]", "[SEP]"
 
@@ -56,19 +55,10 @@ def canonical_token_ids(tokenizer, keep_added: list[str] | None = None):
     return Tokenizer.from_str(json.dumps(data))
 
 
-def encode_ids(tokenizer, texts: list[str], chunk: int = 1024) -> list[list[int]]:
-    """Token ids of ``texts`` (truncated by the tokenizer), encoded ``chunk`` texts at a time.
-
-    ``encode_batch`` keeps a full ``Encoding`` (tokens, offsets, masks) per text
-    before truncation; on all 25,000 IMDB reviews at once that peaked at 4 GB of
-    RSS, while chunks keep only the ids.
-    """
-    return encode_ids_counting(tokenizer, texts, chunk=chunk)[0]
-
-
 def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None = None, chunk: int = 1024
                         ) -> tuple[list[list[int]], int, list[dict[str, int]]]:
-    """Token ids of ``texts`` (or of the pairs ``(texts[i], seconds[i])``), and what truncation removed.
+    """Token ids of ``texts`` (or of the pairs ``(texts[i], seconds[i])``), and what truncation removed, encoded
+    ``chunk`` texts at a time (``encode_batch`` keeps a full ``Encoding`` per text; chunks bound that memory).
 
     Truncation is the tokenizer's own (:func:`train_tokenizer` sets ``longest_first``: a pair loses tokens
     from its longer text first, so the second text keeps its share). Pairs are joined by the tokenizer's

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import textwrap
 from collections.abc import Sequence
@@ -173,22 +172,17 @@ def load_model(checkpoint: Path) -> nn.Module:
     return module.eval()
 
 
-def _load_tokenizer(path: Path | None):
-    if path is None or not Path(path).is_file():
-        return None
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(path))
-
-
 def datamodule_probe(datamodule: Any, n: int = 2, min_tokens: int = 5, max_tokens: int = 16) -> list[dict[str, Any]]:
     """The sentences to draw from a set-up data module: ``[{"row", "ids", "tokens"}]`` (:func:`probe_rows` of its
     test split; tokens from its tokenizer, ``cache_dir/tokenizer.json``)."""
     split = datamodule.splits["test"]
     tokenizer = getattr(datamodule, "tokenizer", None)
     if tokenizer is None or not hasattr(tokenizer, "id_to_token"):
+        from tokenizers import Tokenizer
+
         cache = getattr(datamodule, "cache_dir", None)
-        tokenizer = _load_tokenizer(Path(cache) / "tokenizer.json" if cache else None)
+        path = Path(cache) / "tokenizer.json" if cache else None
+        tokenizer = Tokenizer.from_file(str(path)) if path is not None and path.is_file() else None
     rows = probe_rows(split, n, min_tokens, max_tokens)
     return [{"row": i, "ids": [int(t) for t in split[i][0]], "tokens": token_strings(tokenizer, split[i][0])}
             for i in rows]
@@ -245,6 +239,8 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
     Returns:
         ``(file names, notes)``: a note per run that could not be drawn (no checkpoint, ...), never an error.
     """
+    import pandas as pd
+
     from attnbench.analysis.stats import REPLICATE_KEYS, STATUS_OK, headline
 
     done = jobs[(jobs["status"] == STATUS_OK) & jobs["dir"].map(lambda d: isinstance(d, str) and Path(d).is_dir())]
@@ -257,7 +253,7 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
     for key, group in groups:
         key = key if isinstance(key, tuple) else (key,)
         setting = ", ".join(f"{k}={v}" for k, v in zip(setting_keys, key))
-        group = group.assign(_seed=pd_numeric(group["seed"]) if "seed" in group else 0).sort_values("_seed", kind="stable")
+        group = group.assign(_seed=pd.to_numeric(group["seed"], errors="coerce") if "seed" in group else 0).sort_values("_seed", kind="stable")
         chosen = group.drop_duplicates("attention", keep="first")
         sentences = None
         rows: list[tuple[str, list[tuple[list[Tensor], list[str]]]]] = []
@@ -273,7 +269,7 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
                 acc = run.get("test/acc")
                 seed = run.get("seed")
                 label = f"{run['attention']}" + (f" s{seed}" if seed is not None else "") + (
-                    f"\ntest acc {float(acc):.3f}" if acc is not None and not _isnan(acc) else "")
+                    f"\ntest acc {float(acc):.3f}" if pd.notna(pd.to_numeric(acc, errors="coerce")) else "")
                 rows.append((label, sentence_maps(model, sentences)))
             except Exception as err:  # noqa: BLE001 - one run that cannot be drawn leaves the others
                 notes.append(f"{run.get('job')}: no attention map ({type(err).__name__}: {' '.join(str(err).split())[:200]})")
@@ -288,16 +284,3 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
             fig.savefig(out / name, dpi=90)
             files.append(name)
     return files, notes
-
-
-def pd_numeric(series):
-    import pandas as pd
-
-    return pd.to_numeric(series, errors="coerce")
-
-
-def _isnan(value: Any) -> bool:
-    try:
-        return math.isnan(float(value))
-    except (TypeError, ValueError):
-        return True

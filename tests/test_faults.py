@@ -579,8 +579,9 @@ def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy
 
 def test_a_sweep_resumes_only_the_sweep_its_dir_holds(tmp_path):
     """`-m ... ckpt_path=last hydra.sweep.dir=<dir>` resumes the sweep of <dir>'s multirun.yaml: the same task
-    overrides in any order (ckpt_path aside), or any sweep when multirun.yaml is the empty claim of a sweeper
-    that records none (Optuna); another sweep, or a dir with no multirun.yaml, is refused before Hydra writes."""
+    overrides in any order (ckpt_path and launcher aside), or any sweep when multirun.yaml is the empty claim of a
+    sweeper that records none (Optuna); another sweep, or a dir with no multirun.yaml, is refused before Hydra
+    writes."""
     from omegaconf import OmegaConf
 
     from attnbench.errors import OutputDirTaken
@@ -592,7 +593,8 @@ def test_a_sweep_resumes_only_the_sweep_its_dir_holds(tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     OmegaConf.save(command("model=tiny", "seed=0,1"), sweep / "multirun.yaml")
-    for same in (["seed=0,1", "model=tiny", "ckpt_path=last"], ["model=tiny", "seed=0,1", "ckpt_path=/a/last.ckpt"]):
+    for same in (["seed=0,1", "model=tiny", "ckpt_path=last"], ["model=tiny", "seed=0,1", "ckpt_path=/a/last.ckpt"],
+                 ["model=tiny", "seed=0,1", "ckpt_path=last", "launcher=cores"]):
         check_same_sweep(command(*same), sweep)
     for other in (["model=tiny", "seed=7,8", "ckpt_path=last"], ["model=tiny", "seed=0,1", "optim.lr=1e-3"]):
         with pytest.raises(OutputDirTaken, match=r"sweep already holds a previous sweep's outputs \(the sweep of "

@@ -225,9 +225,11 @@ def _quoted(value: str) -> str:
 
 
 def _sweep_overrides(overrides: Any) -> list[str]:
-    """A sweep's task overrides as written (no interpolation resolved), sorted, without ``ckpt_path``."""
+    """A sweep's task overrides as written (no interpolation resolved), sorted, without ``ckpt_path`` and
+    ``launcher`` (how the jobs are launched, not what they run)."""
     overrides = OmegaConf.to_container(overrides) if OmegaConf.is_list(overrides) else overrides
-    return sorted(str(o) for o in overrides if str(o).split("=", 1)[0].lstrip("+~") != "ckpt_path")
+    return sorted(str(o) for o in overrides
+                  if str(o).split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "launcher"))
 
 
 def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:
@@ -235,7 +237,7 @@ def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:
 
     The sweep there is the one whose task overrides Hydra recorded in its ``multirun.yaml``
     (``hydra.overrides.task``); this command resumes it when its own task overrides are the same, in any order,
-    ``ckpt_path`` aside. An empty ``multirun.yaml`` (the claim of :class:`FreshOutputDir` for a sweeper that
+    ``ckpt_path`` and ``launcher`` aside. An empty ``multirun.yaml`` (the claim of :class:`FreshOutputDir` for a sweeper that
     records none, Optuna's) matches any sweep: its jobs are still checked one by one.
 
     Raises:

@@ -2,7 +2,8 @@
 
 - :class:`FreshOutputDir` gives every run and sweep a directory of its own: a
   re-run never writes into a previous run's outputs, and two jobs started in the
-  same second get distinct directories.
+  same second get distinct directories; a resume that is refused or fails before
+  training writes nothing into the run or sweep dir it names.
 - :class:`SweepReport`: one line per job at the end of a sweep and the report
   command; a sweep in which a job failed exits 1, with any launcher (basic, joblib,
   submitit) and sweeper (basic, Optuna).

@@ -485,15 +485,18 @@ def test_a_bug_in_a_callback_constructor_keeps_its_own_exception():
     assert err.traceback[-1].name == "__init__"  # the constructor's own frame, not Hydra's wrapper
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of ``folder``: its bytes and mode."""
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mode) for p in sorted(folder.rglob("*"))
+            if p.is_file()}
 
 
 def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_it_was(toy, tmp_path):
     """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
     run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
     refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
-    model, a damaged checkpoint) ends in one line and leaves every byte of the dir as it was."""
+    model, a damaged checkpoint) ends in one line and leaves every byte of the dir as it was, with any
+    hydra/job_logging (`default` writes <job name>.log through a plain logging.FileHandler), hydra.job.chdir."""
     finished, stopped = tmp_path / "finished", tmp_path / "stopped"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
     proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={finished}"])
@@ -508,7 +511,9 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     cases = [
         (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
+        (finished, ["seed=7", "hydra/job_logging=default"], f"{finished} already holds a previous run's outputs"),
         (stopped, ["optim.lr=-1"], "optim.lr must be a number > 0, got -1"),
+        (stopped, ["optim.lr=-1", "hydra/job_logging=default", "hydra.job.chdir=true"], "optim.lr must be a number"),
         (stopped, ["model=small"], "holds the weights of another model than this run builds"),
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
     ]
@@ -521,6 +526,7 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert len(errors) == 1 and message in errors[0], (extra, proc.stderr[-3000:])
         assert "Traceback" not in proc.stderr
         assert _files(run_dir) == before, extra
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "stopped"], extra
 
 
 def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
@@ -530,25 +536,76 @@ def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
 
 def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy, tmp_path):
     """A sweep resumed into a finished sweep dir (`-m ... ckpt_path=last hydra.sweep.dir=<sweep>`) whose jobs
-    are all refused before training (each job dir holds a finished run; a value out of range, with a seed that
-    has no job dir yet) ends with the failed jobs listed and exit code 1, and leaves every file and folder of the
-    sweep dir as it was: Hydra's multirun.yaml and each job's .hydra/ copy, train.log, the jobs' records."""
+    are all refused before training (each job dir holds a finished run), with either job_logging, ends with the
+    failed jobs listed and exit code 1; another sweep (`seed=7,8`) into that dir is refused before Hydra writes
+    anything. Both leave every file and folder of the sweep dir as it was: Hydra's multirun.yaml and each job's
+    .hydra/ copy and log file, the jobs' records; nothing is left next to it. A resume whose job trains moves the
+    sweep's new multirun.yaml and records in."""
     sweep = tmp_path / "sweep"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps",
             "trainer.max_steps=2", "trainer.val_check_interval=2"]
     proc = _cli(["-m", *base, "seed=0,1", f"hydra.sweep.dir={sweep}"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in sweep.glob("*/metrics.json")) == ["metrics.json"] * 2
-    for extra, message in ((["seed=0,1"], "already holds a previous run's outputs (metrics.json)"),
-                           (["seed=7", "optim.lr=-1"], "optim.lr must be a number > 0, got -1")):
+    refused = "nothing was written into their dirs"
+    for extra, message in ((["seed=0,1"], refused), (["seed=0,1", "hydra/job_logging=default"], refused),
+                           (["seed=7,8"], f"Error: {sweep} already holds a previous sweep's outputs (the sweep of "
+                                          f"`{' '.join(sorted([*base, 'seed=0,1']))}`); it is never overwritten.")):
         before = _tree(sweep)
         proc = _cli(["-m", *base, *extra, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=300)
         assert proc.returncode == 1, (extra, proc.stderr[-3000:])
         assert message in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
-        jobs = len(extra[0].split(","))
-        assert f"Sweep {sweep}: {jobs} jobs, {jobs} failed (refused or failed before training: nothing was written " \
-               "into their dirs)" in proc.stderr, proc.stderr[-3000:]
+        if message == refused:
+            assert f"Sweep {sweep}: 2 jobs, 2 failed (refused or failed before training: {refused})" in proc.stderr
+            assert len(re.findall(r"^  failed  \S+  Error: \S+ already holds a previous run's outputs \(metrics.json\)",
+                                  proc.stderr, re.MULTILINE)) == 2, proc.stderr[-3000:]
         assert _tree(sweep) == before, extra
+        assert [p.name for p in tmp_path.iterdir()] == ["sweep"], extra
+    job = next(sweep.glob("1_*"))
+    (job / "metrics.json").unlink()  # job 1 resumes from its last checkpoint, job 0 is refused
+    log_before = (job / "train.log").read_text()
+    proc = _cli(["-m", *base, "seed=0,1", "hydra/job_logging=default", "ckpt_path=last", f"hydra.sweep.dir={sweep}"],
+                timeout=300)
+    assert proc.returncode == 1 and f"Sweep {sweep}: 2 jobs, 1 failed" in proc.stderr, proc.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in sorted((sweep / ".attnbench-jobs").glob("*.json"))]
+    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "failed", False), (1, "completed", True)]
+    multirun = (sweep / "multirun.yaml").read_text()
+    assert "- ckpt_path=last" in multirun and f"dir: {sweep}\n" in multirun
+    assert (job / "metrics.json").is_file() and (job / "train.log").read_text() == log_before
+    assert "Resuming from" in (job / "cli.log").read_text()  # hydra/job_logging=default: <job name>.log
+    assert "class: logging.FileHandler" in (job / ".hydra" / "hydra.yaml").read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+def test_a_sweep_resumes_only_the_sweep_its_dir_holds(tmp_path):
+    """`-m ... ckpt_path=last hydra.sweep.dir=<dir>` resumes the sweep of <dir>'s multirun.yaml: the same task
+    overrides in any order (ckpt_path and launcher aside), or any sweep when multirun.yaml is the empty claim of a
+    sweeper that records none (Optuna); another sweep, or a dir with no multirun.yaml, is refused before Hydra
+    writes."""
+    from omegaconf import OmegaConf
+
+    from attnbench.errors import OutputDirTaken
+    from attnbench.run.hydra_callbacks import check_same_sweep
+
+    def command(*overrides: str):  # what check_same_sweep reads of a multirun's config, as Hydra makes it
+        return OmegaConf.create({"hydra": {"overrides": {"task": list(overrides), "hydra": []}}})
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    OmegaConf.save(command("model=tiny", "seed=0,1"), sweep / "multirun.yaml")
+    for same in (["seed=0,1", "model=tiny", "ckpt_path=last"], ["model=tiny", "seed=0,1", "ckpt_path=/a/last.ckpt"],
+                 ["model=tiny", "seed=0,1", "ckpt_path=last", "launcher=cores"]):
+        check_same_sweep(command(*same), sweep)
+    for other in (["model=tiny", "seed=7,8", "ckpt_path=last"], ["model=tiny", "seed=0,1", "optim.lr=1e-3"]):
+        with pytest.raises(OutputDirTaken, match=r"sweep already holds a previous sweep's outputs \(the sweep of "
+                                                 r"`model=tiny seed=0,1`\); it is never overwritten"):
+            check_same_sweep(command(*other), sweep)
+    (sweep / "multirun.yaml").write_text("")
+    check_same_sweep(command("seed=7,8", "ckpt_path=last"), sweep)
+    (sweep / "multirun.yaml").unlink()
+    (sweep / "metrics.json").write_text("{}")
+    with pytest.raises(OutputDirTaken, match=r"\(no readable multirun.yaml\)"):
+        check_same_sweep(command("seed=0,1", "ckpt_path=last"), sweep)
 
 
 def test_an_output_dir_that_cannot_be_created_is_one_line(tmp_path):

@@ -83,7 +83,7 @@ def run_cli(hydra_main: Callable[[], Any]) -> None:
         raise SystemExit(2)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing and exiting
-    _SWEEP.update(dir=None, held=None)
+    _SWEEP.update(dir=None, staged=None)
     try:
         hydra_main()
     except AttnbenchError as err:  # a multirun's sweeper re-raised a failed job's error after all jobs ran

@@ -2,7 +2,8 @@
 
 - :class:`FreshOutputDir` gives every run and sweep a directory of its own: a
   re-run never writes into a previous run's outputs, and two jobs started in the
-  same second get distinct directories.
+  same second get distinct directories; a resume that is refused or fails before
+  training writes nothing into the run or sweep dir it names.
 - :class:`SweepReport`: one line per job at the end of a sweep and the report
   command; a sweep in which a job failed exits 1, with any launcher (basic, joblib,
   submitit) and sweeper (basic, Optuna).
@@ -21,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback as HydraCallback
-from omegaconf import DictConfig, OmegaConf, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from attnbench.errors import AttnbenchError, ConfigError
+from attnbench.errors import AttnbenchError, ConfigError, OutputDirTaken
 
 log = logging.getLogger("attnbench")
 
@@ -51,11 +52,15 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
     raise ConfigError(f"no free output directory next to {path}")
 
 
-def _or_exit(claim: Any, key: str) -> Path:
-    """``claim()``; an output dir that cannot be created ends the command with one line (Hydra turns a callback's
-    exception into a warning, then fails with a traceback when it creates the dir itself)."""
+def _or_exit(claim: Any, key: str) -> Any:
+    """``claim()``; an output dir that cannot be created, or that holds another run or sweep
+    (:class:`~attnbench.errors.OutputDirTaken`), ends the command with one line before Hydra writes anything
+    (Hydra turns a callback's exception into a warning and goes on)."""
     try:
         return claim()
+    except OutputDirTaken as err:
+        print(f"Error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except OSError as err:
         print(f"Error: cannot create the output dir {err.filename or ''}: {err.strerror or err}. "
               f"Choose a writable {key}=<dir>.", file=sys.stderr, flush=True)
@@ -63,12 +68,19 @@ def _or_exit(claim: Any, key: str) -> Path:
 
 
 class FreshOutputDir(HydraCallback):
-    """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken).
+    """Hydra callback: each run or sweep gets its own directory (``<dir>_2``, ... when ``<dir>`` is taken), and a
+    command that resumes in a dir holding files writes nothing there until one of its jobs starts training.
 
-    Runs before Hydra creates the job directory, so neither ``.hydra/`` nor
-    ``train.log`` of an earlier run is touched. A single run that resumes (``ckpt_path``) continues in the dir it
-    names; when that dir holds files, Hydra's ``.hydra/`` copy is set aside and the job holds its writes there
-    until training starts (:func:`attnbench.run.outputs.hold_writes`).
+    It runs after Hydra composed the config and before Hydra creates or opens anything in the output dir:
+
+    - a new run or sweep claims a free dir (:func:`claim_dir`);
+    - a run resumed in its dir (``ckpt_path`` with ``hydra.run.dir=<run dir>``) is refused here when that dir
+      holds a finished run (:func:`attnbench.run.outputs.check_output_dir`); otherwise Hydra's ``.hydra/`` copy
+      and every log file of ``hydra.job_logging`` in the dir are held until training starts
+      (:func:`attnbench.run.outputs.hold_writes`, :class:`~attnbench.run.outputs.HeldLogFile`);
+    - a sweep resumed in its sweep dir (``-m ... ckpt_path=last hydra.sweep.dir=<sweep dir>``) is refused here
+      when that dir holds no sweep or another sweep (:func:`check_same_sweep`); otherwise
+      :func:`hold_sweep_writes`.
     """
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -77,28 +89,29 @@ class FreshOutputDir(HydraCallback):
         wanted = Path(str(config.hydra.run.dir))
         if config.get("ckpt_path"):  # resuming: the run continues in the dir it names (ckpt_path=last)
             if wanted.is_dir() and any(wanted.iterdir()):  # nothing is written there until training starts
-                from attnbench.run.outputs import hold_writes
+                from attnbench.run.outputs import check_output_dir, hold_writes
 
+                _or_exit(lambda: check_output_dir(wanted, resuming=True), "hydra.run.dir")
                 hold_writes(wanted, config.hydra.output_subdir)
-                with read_write(config.hydra):
+                with read_write(config.hydra), open_dict(config.hydra):
                     config.hydra.output_subdir = None
+                    for key, value in held_log_files(config):
+                        OmegaConf.update(config.hydra.job_logging, key, value, force_add=True)
             return
         got = _or_exit(lambda: claim_dir(wanted, str(config.hydra.output_subdir or ".attnbench")), "hydra.run.dir")
         self._set(config, "run", wanted, got)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
-            sweep_dir = Path(str(config.hydra.sweep.dir))
-            if sweep_dir.is_dir() and any(sweep_dir.iterdir()):
-                hold_sweep_writes(config, sweep_dir)
-            return
         wanted = Path(str(config.hydra.sweep.dir))
+        if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
+            if wanted.is_dir() and any(wanted.iterdir()):
+                _or_exit(lambda: check_same_sweep(config, wanted), "hydra.sweep.dir")
+                _or_exit(lambda: hold_sweep_writes(config, wanted), "hydra.sweep.dir")
+            return
         got = _or_exit(lambda: claim_dir(wanted, "multirun.yaml", marker_is_file=True), "hydra.sweep.dir")
         self._set(config, "sweep", wanted, got)
-        # every job's config is composed again from the overrides: make the claimed dir one of them
-        quoted = str(got).replace("\\", "\\\\").replace("'", "\\'")
-        with read_write(config.hydra):
-            config.hydra.overrides.hydra.append(f"hydra.sweep.dir='{quoted}'")
+        with read_write(config.hydra):  # every job's config is composed again from the overrides
+            config.hydra.overrides.hydra.append(f"hydra.sweep.dir={_quoted(str(got))}")
 
     @staticmethod
     def _set(config: DictConfig, key: str, wanted: Path, got: Path) -> None:
@@ -106,6 +119,18 @@ class FreshOutputDir(HydraCallback):
             config.hydra[key].dir = str(got)
         if got != wanted:
             print(f"{wanted} already holds another run; this one writes to {got}", file=sys.stderr)
+
+
+def held_log_files(config: DictConfig) -> list[tuple[str, str]]:
+    """The ``(key, value)`` updates of ``hydra.job_logging`` that make each handler writing a file (a handler
+    with ``filename``: ``logging.FileHandler`` and its subclasses) a :class:`~attnbench.run.outputs.HeldLogFile`
+    of it (keys relative to ``hydra.job_logging``)."""
+    updates = []
+    for name, handler in (OmegaConf.select(config, "hydra.job_logging.handlers") or {}).items():
+        if "filename" in handler and "class" in handler and handler["class"] != HELD_LOG_FILE:
+            updates += [(f"handlers.{name}.held_class", str(handler["class"])),
+                        (f"handlers.{name}.class", HELD_LOG_FILE)]
+    return updates
 
 
 def split_cpus(cpus: list[int], n_jobs: int) -> list[list[int]]:
@@ -128,7 +153,8 @@ class PinCores(HydraCallback):
 
     Built in the launching process, it splits the CPUs that process may use into ``n_jobs`` groups
     (:func:`split_cpus`). In the job's process (a joblib worker) :meth:`on_job_start` claims the first free
-    group with an exclusive ``flock`` on ``<sweep dir>/.attnbench-cpus/<i>.lock`` (held until :meth:`on_job_end`;
+    group with an exclusive ``flock`` on ``<launcher's sweep dir>/.attnbench-cpus/<i>.lock`` (the sweep dir, or the
+    staging dir of a resumed sweep: :func:`hold_sweep_writes`; held until :meth:`on_job_end`;
     the OS releases it if the worker dies), pins every thread of the process to it (``sched_setaffinity``)
     and sets ``OMP_NUM_THREADS`` and, where torch is already imported, ``torch.set_num_threads`` to its size.
     The run records the set in ``metrics.json`` (``cpus``, ``torch_threads``). Without CPU affinity (not Linux)
@@ -142,15 +168,19 @@ class PinCores(HydraCallback):
         self.groups = (split_cpus(sorted(os.sched_getaffinity(0)), int(n_jobs))
                        if hasattr(os, "sched_setaffinity") else [])
         self._held: Any = None
+        self._folder: Path | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._folder = Path(str(config.hydra.sweep.dir)) / ".attnbench-cpus"  # after FreshOutputDir set it
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hydra.types import RunMode
 
-        if not self.groups or config.hydra.mode != RunMode.MULTIRUN:
+        if not self.groups or self._folder is None or config.hydra.mode != RunMode.MULTIRUN:
             return
         import fcntl
 
-        folder = Path(str(config.hydra.sweep.dir)) / ".attnbench-cpus"
+        folder = self._folder
         folder.mkdir(parents=True, exist_ok=True)
         for i, group in enumerate(self.groups):
             handle = open(folder / f"{i}.lock", "w")
@@ -176,82 +206,118 @@ class PinCores(HydraCallback):
 
 
 SWEEP_JOBS_DIR = ".attnbench-jobs"  # <sweep dir>/.attnbench-jobs/<job num>.json: one status record per job
-_SWEEP: dict[str, Any] = {"dir": None, "held": None}  # the multirun of this (main) process, set when it starts
+#: The multirun of this (main) process, set when it starts: its sweep dir, and the staging dir of a held sweep.
+_SWEEP: dict[str, Any] = {"dir": None, "staged": None}
 
 #: Set in each job of a sweep resumed in its sweep dir (through ``hydra.job.env_set``): the ``hydra.output_subdir``
-#: whose copy the job holds until training starts, and the folder outside the sweep dir that takes its record.
+#: whose copy the job holds until training starts, and the folder (in the staging dir) that takes its record.
 HELD_SUBDIR_ENV, HELD_RECORDS_ENV = "ATTNBENCH_HELD_HYDRA_SUBDIR", "ATTNBENCH_HELD_JOB_RECORDS"
-_HOLD_OVERRIDES = ("hydra.output_subdir=null", "++hydra.job_logging.handlers.file.hold=true",
-                   f"++hydra.job.env_set.{HELD_SUBDIR_ENV}=", f"++hydra.job.env_set.{HELD_RECORDS_ENV}=")
+HELD_LOG_FILE = "attnbench.run.outputs.HeldLogFile"
+
+
+def is_hold_override(override: str) -> bool:
+    """Whether ``override`` is one of those :func:`hold_sweep_writes` adds (a job's ``hydra.yaml`` leaves them out)."""
+    return (override == "hydra.output_subdir=null" or "ATTNBENCH_HELD_" in override or ".held_class=" in override
+            or override.endswith(f".class={HELD_LOG_FILE}"))
 
 
 def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _sweep_overrides(overrides: Any) -> list[str]:
+    """A sweep's task overrides as written (no interpolation resolved), sorted, without ``ckpt_path`` and
+    ``launcher`` (how the jobs are launched, not what they run)."""
+    overrides = OmegaConf.to_container(overrides) if OmegaConf.is_list(overrides) else overrides
+    return sorted(str(o) for o in overrides
+                  if str(o).split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "launcher"))
+
+
+def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:
+    """Refuse to resume in ``sweep_dir`` another sweep than the one it holds.
+
+    The sweep there is the one whose task overrides Hydra recorded in its ``multirun.yaml``
+    (``hydra.overrides.task``); this command resumes it when its own task overrides are the same, in any order,
+    ``ckpt_path`` and ``launcher`` aside. An empty ``multirun.yaml`` (the claim of :class:`FreshOutputDir` for a sweeper that
+    records none, Optuna's) matches any sweep: its jobs are still checked one by one.
+
+    Raises:
+        OutputDirTaken: ``sweep_dir`` holds no readable ``multirun.yaml``, or another sweep's.
+    """
+    try:
+        recorded = OmegaConf.select(OmegaConf.load(sweep_dir / "multirun.yaml"), "hydra.overrides.task")
+    except Exception:  # noqa: BLE001 - no multirun.yaml, or not Hydra's (OSError, YAML and OmegaConf errors alike)
+        recorded = "no readable multirun.yaml"
+    if recorded is None:  # an empty claim
+        return
+    if isinstance(recorded, str) or _sweep_overrides(recorded) != _sweep_overrides(config.hydra.overrides.task):
+        what = recorded if isinstance(recorded, str) else f"the sweep of `{' '.join(_sweep_overrides(recorded))}`"
+        raise OutputDirTaken(f"{sweep_dir} already holds a previous sweep's outputs ({what}); it is never "
+                             "overwritten. Resume that sweep with its own overrides and ckpt_path=last, or choose "
+                             "another hydra.sweep.dir.")
+
+
 def hold_sweep_writes(config: DictConfig, sweep_dir: Path) -> None:
-    """A sweep resumed in a sweep dir that holds files writes nothing there until one of its jobs starts training.
+    """A sweep resumed in ``sweep_dir`` (a dir holding files) writes nothing there until one of its jobs trains.
 
-    - each job holds its ``.hydra/`` copy and ``train.log`` (:func:`attnbench.run.outputs.hold_writes`; the job
-      task starts the hold, Hydra's own copy is switched off by ``hydra.output_subdir=null`` and ``train.log``'s
-      handler holds from the start);
-    - each job's status record goes to a temporary folder outside the sweep dir;
-    - Hydra's sweeper rewrites ``multirun.yaml`` before any job runs: its bytes and times are kept here.
+    - Hydra's sweeper and launcher get a staging dir next to ``sweep_dir`` (the same file system, visible to
+      SLURM jobs) as their ``hydra.sweep.dir``: ``multirun.yaml``, Optuna's ``optimization_results.yaml``,
+      submitit's ``.submitit/``, ``launcher=cores``' locks and each job's record go there; each job's own config,
+      composed again from the overrides, keeps ``sweep_dir``;
+    - each job holds its ``.hydra/`` copy and log files (:func:`attnbench.run.outputs.hold_writes`, started by the
+      job task): Hydra's copy is switched off by ``hydra.output_subdir=null`` and every log file handler is a
+      :class:`~attnbench.run.outputs.HeldLogFile` (:func:`held_log_files`).
 
-    :func:`settle_sweep` (end of the sweep) moves the records in and keeps the new ``multirun.yaml`` when a job
-    trained, and otherwise puts ``multirun.yaml`` back as it was and drops the records.
+    :func:`settle_sweep` (end of the sweep) moves the staged files into ``sweep_dir`` when a job trained, and
+    removes the staging dir.
     """
     import tempfile
 
-    multirun = sweep_dir / "multirun.yaml"
-    kept = (multirun.read_bytes(), multirun.stat()) if multirun.is_file() else None
-    records = Path(tempfile.mkdtemp(prefix="attnbench-jobs-"))
-    _SWEEP["held"] = {"multirun": kept, "records": records}
+    sweep_dir = sweep_dir.resolve()
+    staged = Path(tempfile.mkdtemp(prefix=f".{sweep_dir.name}.held-", dir=sweep_dir.parent))
+    _SWEEP.update(dir=sweep_dir, staged=staged)
     subdir = "" if config.hydra.output_subdir is None else str(config.hydra.output_subdir)
-    values = ("", "", _quoted(subdir), _quoted(str(records)))
-    file_handler = OmegaConf.select(config, "hydra.job_logging.handlers.file.class", default=None)
-    holds_log = str(file_handler).endswith("RunLogFileHandler")  # another job_logging: its own handler, not held
+    overrides = ["hydra.output_subdir=null", f"++hydra.job.env_set.{HELD_SUBDIR_ENV}={_quoted(subdir)}",
+                 f"++hydra.job.env_set.{HELD_RECORDS_ENV}={_quoted(str(staged / SWEEP_JOBS_DIR))}"]
+    overrides += [f"++hydra.job_logging.{key}={value}" for key, value in held_log_files(config)]
     with read_write(config.hydra):
-        config.hydra.overrides.hydra.extend([key + value for key, value in zip(_HOLD_OVERRIDES, values, strict=True)
-                                             if holds_log or "job_logging" not in key])
+        config.hydra.sweep.dir = str(staged)
+        config.hydra.overrides.hydra.extend(overrides)
+    print(f"Resuming the sweep in {sweep_dir}: the sweeper's files wait in {staged} until a job trains",
+          file=sys.stderr, flush=True)
 
 
 def settle_sweep() -> list[dict[str, Any]] | None:
     """End of a sweep held by :func:`hold_sweep_writes`: its job records (``None`` for a sweep not held).
 
-    When a job started training, its records replace those of the sweep dir and Hydra's new ``multirun.yaml``
-    stays; otherwise ``multirun.yaml`` is put back byte for byte with its times, and the sweep dir is as it was.
+    When a job started training, the staged files move into the sweep dir (its job records replace those there;
+    ``multirun.yaml`` names the sweep dir); otherwise the sweep dir stays as it was. The staging dir is removed.
     """
     import shutil
 
     from attnbench.run.outputs import write_text
 
-    held, sweep_dir = _SWEEP.get("held"), _SWEEP.get("dir")
-    if not held:
+    staged, sweep_dir = _SWEEP.get("staged"), _SWEEP.get("dir")
+    if staged is None:
         return None
-    _SWEEP["held"] = None
-    records = _job_records(held["records"], folder=True)
+    _SWEEP["staged"] = None
+    records = _job_records(staged)
     try:
         if any(r.get("trained") for r in records):
-            folder = Path(sweep_dir) / SWEEP_JOBS_DIR
-            folder.mkdir(parents=True, exist_ok=True)
-            for old in folder.glob("*.json"):
+            for old in (sweep_dir / SWEEP_JOBS_DIR).glob("*.json"):
                 old.unlink(missing_ok=True)
-            for record in records:
-                write_text(folder / f"{record['num']}.json", json.dumps(record, indent=2))
-        elif sweep_dir is not None:
-            multirun = Path(sweep_dir) / "multirun.yaml"
-            if held["multirun"] is None:
-                multirun.unlink(missing_ok=True)
-            else:
-                data, stat = held["multirun"]
-                tmp = multirun.with_name(f".{multirun.name}.tmp")  # byte for byte, atomically
-                tmp.write_bytes(data)
-                os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-                os.replace(tmp, multirun)
+            multirun = staged / "multirun.yaml"
+            if multirun.is_file():
+                cfg = OmegaConf.load(multirun)
+                cfg.hydra.sweep.dir = str(sweep_dir)
+                write_text(multirun, OmegaConf.to_yaml(cfg))
+            for path in sorted(p for p in staged.rglob("*") if p.is_file()):
+                target = sweep_dir / path.relative_to(staged)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        shutil.rmtree(staged, ignore_errors=True)
     except OSError as err:
-        log.warning("Could not settle the sweep dir %s: %s", sweep_dir, err)
-    shutil.rmtree(held["records"], ignore_errors=True)
+        log.warning("Could not move the resumed sweep's files from %s into %s: %s", staged, sweep_dir, err)
     return records
 
 
@@ -278,12 +344,8 @@ class SweepReport(HydraCallback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
-        _SWEEP["dir"] = sweep_dir
-        records = sweep_dir / SWEEP_JOBS_DIR
-        if records.is_dir() and not _SWEEP["held"]:  # a resumed sweep (same sweep dir): this invocation's jobs only
-            for old in records.glob("*.json"):
-                old.unlink(missing_ok=True)
+        if not _SWEEP["staged"]:  # a new sweep's dir (a held sweep's is set by FreshOutputDir)
+            _SWEEP["dir"] = Path(str(config.hydra.sweep.dir)).resolve()
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
@@ -327,8 +389,7 @@ class SweepReport(HydraCallback):
             log.warning("Could not record the job's status in %s: %s", folder, err)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        text, failed = sweep_summary(sweep_dir, settle_sweep())
+        text, failed = sweep_summary(_SWEEP["dir"], settle_sweep())
         if text:
             print(text, file=sys.stderr if failed else sys.stdout, flush=True)
         if failed:
@@ -345,9 +406,9 @@ def _process_rank() -> int:
 SWEEP_LINE_FIGURES = (("test/acc", "{:.4f}"), ("train/tokens_per_sec", "{:,.0f}"), ("test/tokens_per_sec", "{:,.0f}"))
 
 
-def _job_records(sweep_dir: Path | None, folder: bool = False) -> list[dict[str, Any]]:
-    """The job records of ``sweep_dir`` (of the folder ``sweep_dir`` itself with ``folder``), by job number."""
-    path = None if sweep_dir is None else Path(sweep_dir) if folder else Path(sweep_dir) / SWEEP_JOBS_DIR
+def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
+    """The job records in ``<sweep_dir>/.attnbench-jobs/``, by job number."""
+    path = None if sweep_dir is None else Path(sweep_dir) / SWEEP_JOBS_DIR
     if path is None or not path.is_dir():
         return []
     records = []

@@ -23,14 +23,14 @@ FAILURE_FILE = "failure.json"
 
 #: A job that continues in a dir holding a previous run's files (``ckpt_path`` with ``hydra.run.dir=<run dir>``)
 #: holds its writes there until training starts (:func:`release_writes`): Hydra's ``.hydra/`` copy of the config
-#: (set aside by :class:`attnbench.run.hydra_callbacks.FreshOutputDir`) and the ``train.log`` records
-#: (:class:`RunLogFileHandler`). A command refused or failed before then leaves every file of that dir as it was.
+#: (set aside by :class:`attnbench.run.hydra_callbacks.FreshOutputDir`) and the records of its log files
+#: (:class:`HeldLogFile`). A command refused or failed before then leaves every file of that dir as it was.
 _HELD: dict[str, Any] = {"dir": None, "hydra_subdir": None, "handlers": []}
 
 
 def hold_writes(output_dir: Path, hydra_subdir: str | None) -> None:
     """Hold this job's writes into ``output_dir`` (an existing run's dir) until :func:`release_writes`: Hydra's
-    ``hydra_subdir`` copy of the config, and the records of every :class:`RunLogFileHandler` made with ``hold``."""
+    ``hydra_subdir`` copy of the config, and the records of every :class:`HeldLogFile`."""
     _HELD.update(dir=Path(output_dir), hydra_subdir=hydra_subdir)
 
 
@@ -46,7 +46,7 @@ def writes_held() -> bool:
 
 def release_writes(cfg: DictConfig) -> None:
     """Training starts: write the held ``.hydra/`` files (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``, as
-    Hydra does) and the held ``train.log`` records; later writes go straight to their files."""
+    Hydra does, less the hold's own settings) and the held log records; later writes go straight to their files."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict, read_write
 
@@ -55,12 +55,14 @@ def release_writes(cfg: DictConfig) -> None:
     subdir = _HELD["hydra_subdir"]
     if subdir and HydraConfig.initialized():
         hydra_cfg = OmegaConf.create({"hydra": OmegaConf.to_container(HydraConfig.get())})
-        from attnbench.run.hydra_callbacks import _HOLD_OVERRIDES
+        from attnbench.run.hydra_callbacks import is_hold_override
 
         with read_write(hydra_cfg), open_dict(hydra_cfg):
             hydra_cfg.hydra.output_subdir = subdir
-            hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra
-                                               if not str(o).startswith(_HOLD_OVERRIDES)]  # the hold's own
+            hydra_cfg.hydra.overrides.hydra = [o for o in hydra_cfg.hydra.overrides.hydra if not is_hold_override(o)]
+            for handler in (OmegaConf.select(hydra_cfg, "hydra.job_logging.handlers") or {}).values():
+                if "held_class" in handler:  # the log file handler as configured
+                    handler["class"] = handler.pop("held_class")
         folder = _HELD["dir"] / subdir
         folder.mkdir(parents=True, exist_ok=True)
         for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
@@ -72,31 +74,48 @@ def release_writes(cfg: DictConfig) -> None:
         handler.write_held()
 
 
-class RunLogFileHandler(logging.FileHandler):
-    """``logging.FileHandler`` of ``train.log`` that, while the job holds its writes (:func:`hold_writes`), keeps
-    the records in memory and opens no file; :func:`release_writes` writes them.
+class HeldLogFile(logging.Handler):
+    """A log file handler of ``hydra.job_logging`` (``held_class``, built with ``kwargs``: ``logging.FileHandler``
+    or any handler taking ``filename``) that, when the file lies in the job's output dir, opens nothing and keeps
+    the records in memory until :func:`release_writes` (they are dropped by :func:`discard_held`).
 
-    ``hold=True`` holds from the start, before the job itself runs: a sweep resumed in its sweep dir makes its
-    jobs' handlers so (Hydra opens ``train.log`` before the task starts)."""
+    :class:`attnbench.run.hydra_callbacks.FreshOutputDir` puts it in place of each such handler of a job that
+    continues in a dir holding a previous run's files (:func:`attnbench.run.hydra_callbacks.held_log_files`).
+    """
 
-    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = False,
-                 hold: bool = False) -> None:
-        self._held: list[logging.LogRecord] | None = [] if hold or writes_held() else None
-        super().__init__(filename, mode, encoding, delay=delay or self._held is not None)
-        if self._held is not None:
+    def __init__(self, held_class: str, **kwargs: Any) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.utils import get_class
+
+        super().__init__()
+        kwargs["filename"] = os.path.abspath(os.fspath(kwargs["filename"]))  # the cwd may change before it opens
+        self._make = lambda: get_class(held_class)(**kwargs)
+        self._file: logging.Handler | None = None
+        job_dir = Path(HydraConfig.get().runtime.output_dir).resolve() if HydraConfig.initialized() else None
+        inside = job_dir is not None and Path(kwargs["filename"]).resolve().is_relative_to(job_dir)
+        self._held: list[logging.LogRecord] | None = [] if inside else None
+        if inside:
             _HELD["handlers"].append(self)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self._held is None:
-            super().emit(record)
+        if self._held is not None:
+            record.msg, record.args = record.getMessage(), None  # the message as it reads now
+            self._held.append(record)
             return
-        record.msg, record.args = record.getMessage(), None  # the message as it reads now
-        self._held.append(record)
+        if self._file is None:
+            self._file = self._make()
+            self._file.setFormatter(self.formatter)
+        self._file.emit(record)
 
     def write_held(self) -> None:
         held, self._held = self._held or [], None
         for record in held:
-            super().emit(record)
+            self.emit(record)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        super().close()
 
 
 def job_output_dir(cfg: DictConfig) -> Path:
@@ -133,12 +152,12 @@ def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     ``metrics.json`` is refused.
 
     Raises:
-        OutputDirTaken: (a ConfigError) ``output_dir`` holds ``metrics.json``, or (when not resuming)
-            ``failure.json`` or checkpoints.
+        OutputDirTaken: (a ConfigError) ``output_dir`` holds ``metrics.json`` or a sweep's ``multirun.yaml``, or
+            (when not resuming) ``failure.json`` or checkpoints.
     """
     if os.environ.get("LOCAL_RANK", "0") != "0":
         return  # a DDP worker process started by Lightning: it shares rank 0's dir
-    names = ("metrics.json",) if resuming else ("metrics.json", FAILURE_FILE)
+    names = ("metrics.json", "multirun.yaml") + (() if resuming else (FAILURE_FILE,))
     taken = [name for name in names if (output_dir / name).exists()]
     if not resuming and any((output_dir / "checkpoints").glob("*.ckpt")):
         taken.append("checkpoints/")

@@ -495,7 +495,8 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
     run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
     refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
-    model, a damaged checkpoint) ends in one line and leaves every byte of the dir as it was, with any
+    model, other settings than the run's own, a damaged checkpoint) ends in one line and leaves every byte of the
+    dir as it was, with any
     hydra/job_logging (`default` writes <job name>.log through a plain logging.FileHandler), hydra.job.chdir."""
     finished, stopped = tmp_path / "finished", tmp_path / "stopped"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
@@ -512,9 +513,12 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     cases = [
         (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
         (finished, ["seed=7", "hydra/job_logging=default"], f"{finished} already holds a previous run's outputs"),
-        (stopped, ["optim.lr=-1"], "optim.lr must be a number > 0, got -1"),
-        (stopped, ["optim.lr=-1", "hydra/job_logging=default", "hydra.job.chdir=true"], "optim.lr must be a number"),
-        (stopped, ["model=small"], "holds the weights of another model than this run builds"),
+        (stopped, ["optim.lr=-1"], "holds a run with other settings than this command's (1 differ: optim.lr: "),
+        (stopped, ["optim.lr=-1", "hydra.output_subdir=null"], "optim.lr must be a number > 0, got -1"),
+        (stopped, ["optim.lr=-1", "hydra/job_logging=default", "hydra.job.chdir=true"], "optim.lr: "),
+        (stopped, ["seed=7"], "(1 differ: seed: 0 -> 7); a resumed run keeps its settings"),
+        (stopped, ["model=small"], "holds a run with other settings than this command's"),
+        (stopped, ["model=small", "hydra.output_subdir=null"], "holds the weights of another model than this run"),
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
     ]
     for run_dir, extra, message in cases:
@@ -653,3 +657,34 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     (folder / "last.ckpt").write_bytes(good[: len(good) // 2])
     with pytest.raises(ConfigError, match=r"last\.ckpt is not a readable checkpoint \(truncated or damaged"):
         load_checkpoint(folder / "last.ckpt")
+
+
+def test_a_resume_keeps_the_settings_of_the_run_it_continues(tmp_path):
+    """`ckpt_path=last hydra.run.dir=<run>` with other settings than the run's saved .hydra/config.yaml is refused
+    before Hydra writes, naming each differing key; the length of training, the loader's workers, the logger and
+    the tags may change."""
+    from omegaconf import OmegaConf
+
+    from attnbench.errors import ConfigError
+    from attnbench.run.hydra_callbacks import check_same_run
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    saved = {"seed": 0, "ckpt_path": None, "optim": {"lr": 0.001}, "trainer": {"max_steps": 10},
+             "data": {"num_workers": 0, "max_length": 64}, "logger": {"_target_": "csv"}, "tags": []}
+    OmegaConf.save(OmegaConf.create(saved), run / ".hydra" / "config.yaml")
+
+    def command(**changes):
+        cfg = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.create(changes))
+        cfg.hydra = {"output_subdir": ".hydra"}
+        return cfg
+
+    check_same_run(command(ckpt_path="last", trainer={"max_steps": 50}, data={"num_workers": 2},
+                           logger={"_target_": "wandb", "offline": True}, tags=["x"]), run)
+    with pytest.raises(ConfigError, match=r"\(2 differ: data.max_length: 64 -> 32; seed: 0 -> 7\); a resumed run "
+                                          r"keeps its settings"):
+        check_same_run(command(ckpt_path="last", seed=7, data={"max_length": 32}), run)
+    check_same_run(command(seed=7), tmp_path / "elsewhere")  # no saved config: nothing to compare
+    unsaved = command(seed=7)
+    unsaved.hydra.output_subdir = None
+    check_same_run(unsaved, run)  # hydra.output_subdir=null: not checked

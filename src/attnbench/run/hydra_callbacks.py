@@ -92,6 +92,7 @@ class FreshOutputDir(HydraCallback):
                 from attnbench.run.outputs import check_output_dir, hold_writes
 
                 _or_exit(lambda: check_output_dir(wanted, resuming=True), "hydra.run.dir")
+                _or_exit(lambda: check_same_run(config, wanted), "hydra.run.dir")
                 hold_writes(wanted, config.hydra.output_subdir)
                 with read_write(config.hydra), open_dict(config.hydra):
                     config.hydra.output_subdir = None
@@ -231,6 +232,49 @@ def _sweep_overrides(overrides: Any) -> list[str]:
     overrides = OmegaConf.to_container(overrides) if OmegaConf.is_list(overrides) else overrides
     return sorted(str(o) for o in overrides
                   if str(o).split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "launcher"))
+
+
+#: the settings a resumed run may change: where it resumes from, how long it trains, how batches are loaded
+#: (the resume restores the loader's position whatever its workers) and where it logs
+RESUME_MAY_CHANGE = ("ckpt_path", "trainer.max_steps", "trainer.max_epochs", "trainer.max_time", "data.num_workers",
+                     "logger", "tags")
+
+
+def check_same_run(config: DictConfig, run_dir: Path) -> None:
+    """Refuse to resume in ``run_dir`` a run with other settings than the one it holds (its
+    ``<hydra.output_subdir>/config.yaml``, as Hydra saved it): the checkpoint's weights and the run's records would
+    then describe two different runs. Only the keys of :data:`RESUME_MAY_CHANGE` (and what lies below them) may
+    differ. Not checked: a command with ``hydra.output_subdir=null``, a dir without a saved config.
+
+    Raises:
+        OutputDirTaken: (a ConfigError) naming up to five differing keys with both values, and what to change.
+    """
+    if config.hydra.output_subdir is None:
+        return
+    saved = run_dir / str(config.hydra.output_subdir) / "config.yaml"
+    if not saved.is_file():
+        return
+    try:
+        before = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+    except Exception:  # noqa: BLE001 - not a config Hydra wrote: nothing to compare with
+        return
+    now = OmegaConf.to_container(config, resolve=False)
+    now.pop("hydra", None)
+
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        return {prefix[:-1]: node}
+
+    old, new = flat(before), flat(now)
+    differ = [k for k in sorted(old.keys() | new.keys()) if old.get(k, "<unset>") != new.get(k, "<unset>")
+              and not any(k == free or k.startswith(free + ".") for free in RESUME_MAY_CHANGE)]
+    if differ:
+        shown = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in differ[:5])
+        raise OutputDirTaken(f"{run_dir} holds a run with other settings than this command's ({len(differ)} differ: "
+                          f"{shown}); a resumed run keeps its settings (only {', '.join(RESUME_MAY_CHANGE)} may "
+                          "change). Resume with the run's own overrides (its .hydra/overrides.yaml), or start a new "
+                          "run in another hydra.run.dir.")
 
 
 def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:

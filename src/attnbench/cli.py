@@ -47,13 +47,6 @@ def usage(table: Table, prog: str) -> str:
     return "\n".join(lines)
 
 
-def _unknown(word: str, table: Table, prog: str) -> int:
-    close = difflib.get_close_matches(word, list(table), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    print(f"Error: {prog}: unknown command {word!r}{hint} (choose one of: {', '.join(table)})", file=sys.stderr)
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the subcommand ``argv`` names (default ``sys.argv[1:]``); returns its exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -64,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if args else 2
         name, args = args[0], args[1:]
         if name not in table:
-            return _unknown(name, table, prog)
+            close = difflib.get_close_matches(name, list(table), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            print(f"Error: {prog}: unknown command {name!r}{hint} (choose one of: {', '.join(table)})",
+                  file=sys.stderr)
+            return 2
         entry, prog = table[name], f"{prog} {name}"
         if isinstance(entry, tuple):
             break

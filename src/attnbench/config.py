@@ -1,23 +1,16 @@
-"""The run config's schema: Hydra structured configs (dataclasses in the ConfigStore), the one source of the
-defaults, types and allowed ranges of the run's own keys. No torch import: a bad value answers in about a second.
+"""The run config's schema: Hydra structured configs (dataclasses in the ConfigStore, ``train_schema``, named by
+``conf/train.yaml``'s defaults), the one source of the defaults, types and ranges of the run's own keys. No torch
+import: a bad value answers in about a second.
 
-``conf/train.yaml`` names :class:`RunConfig` as its schema (``defaults: [train_schema, ...]``), so
+- a value of the wrong type (``seed=abc``) is refused while Hydra composes the config, in the words of
+  :func:`type_error_message` (``seed must be an integer, got 'abc'``);
+- each field's range is in the schema (``field(metadata=must(...))``), those of the ``_target_`` groups' keys
+  that Lightning or W&B would only reject mid-run in :data:`TARGET_RANGES`; :func:`check_run_config` checks them
+  all once, before torch loads, with the model sizes and the ``data.*`` keys
+  (:class:`attnbench.data.config.DataConfig`). ``attention.*`` is checked by the score function's constructor.
 
-- the defaults of ``optim.*`` live only in :class:`OptimConfig` (the YAML does not repeat them);
-- a value of the wrong type (``seed=abc``, ``model.d_model=64.5``, ``optim.lr=fast``) is refused while Hydra
-  composes the config; :func:`type_error_message` turns OmegaConf's error into the same one-line message as a
-  value out of range (``seed must be an integer, got 'abc'``);
-- each field's range is in the schema (``field(metadata=must(...))``; :data:`RANGES` collects them with those of
-  the ``_target_`` groups' keys) and :func:`check_run_config` checks them once, before torch loads.
-
-``attention.*`` (the score function's own options, checked by its constructor) and ``data.*`` (typed and
-checked by :class:`attnbench.data.config.DataConfig`, which :func:`check_run_config` calls) stay ``Any`` here;
-``trainer.*``, ``callbacks.*`` and ``logger.*`` are ``_target_``
-configs (Lightning's ``Trainer`` and callbacks, :mod:`attnbench.run.loggers`), whose knobs that Lightning would
-only reject mid-run are range-checked here.
-
-Importing this module registers the schema: the command line does; code that composes ``conf/train.yaml``
-with Hydra's compose API imports it first (``import attnbench.config``), as ``tests/conftest.py`` does.
+Importing this module registers the schema and the resolvers: code that composes ``conf/train.yaml`` with
+Hydra's compose API imports it first, as ``tests/conftest.py`` does.
 """
 
 from __future__ import annotations
@@ -32,6 +25,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from attnbench.errors import ConfigError
+
+_ABSENT = object()
 
 SCHEDULES = ("cosine", "linear", "constant")
 OPTIM_IMPLS = ("for_loop", "foreach", "fused")
@@ -277,9 +272,7 @@ def check_run_config(cfg: DictConfig) -> None:
     from attnbench.paths import user_path
 
     for key in ("test_batches_if_stopped", *TARGET_RANGES):
-        node: Any = cfg
-        for part in key.split("."):
-            node = node.get(part, _ABSENT) if isinstance(node, DictConfig | dict) else _ABSENT
+        node = OmegaConf.select(cfg, key, default=_ABSENT)
         if node is _ABSENT or key.startswith("logger.wandb.") and node is None:
             continue
         if not RANGES[key][1](_plain(node)):
@@ -297,9 +290,6 @@ def check_run_config(cfg: DictConfig) -> None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
-
-
-_ABSENT = object()
 
 
 def check_precision(precision: Any, impl: Any = None, gradient_clip_val: Any = None) -> None:
@@ -390,9 +380,8 @@ def _searchpath_folders(searchpath: Any) -> list[Path]:
 
 def config_groups_help(searchpath: Any = None) -> str:
     """The ``group: option, option, ...`` lines of ``--help`` (Hydra's ``$APP_CONFIG_GROUPS``), with the options
-    that ``hydra.searchpath`` adds: Hydra lists only the primary config's search path there, while a job composes
-    with the whole one (so a score function added by ``hydra.searchpath`` trains but was missing from ``--help``).
-    Hydra's own ``hydra/`` groups are left out, as in Hydra's listing."""
+    that ``hydra.searchpath`` adds (Hydra lists only the primary config's search path there, while a job composes
+    with the whole one). Hydra's own ``hydra/`` groups are left out, as in Hydra's listing."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.object_type import ObjectType
 

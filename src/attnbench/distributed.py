@@ -48,20 +48,17 @@ class LengthSortedShardSampler(UnrepeatedDistributedSampler):
 def eval_sampler(dataset: Any, trainer: Any, lengths: Sequence[int] | None = None) -> Any:
     """The sampler of a validation/test loader: under DDP each process gets its own rows, none repeated.
 
-    Lightning otherwise gives evaluation loaders a ``DistributedSampler``, which
-    pads the split with repeated rows to a multiple of the number of
-    processes: 63 rows on 2 processes are evaluated as 64 (val/acc 39/64
-    instead of 39/63). ``UnrepeatedDistributedSampler`` (Lightning's, made for
-    prediction) gives process ``r`` the rows ``r, r + W, r + 2W, ...``; the
-    shards differ by at most one row, and the metrics (torchmetrics, summed
-    states) count every row exactly once. Lightning leaves a loader that
-    already has a ``DistributedSampler`` as it is.
+    Lightning otherwise gives evaluation loaders a ``DistributedSampler``, which pads the split with repeated rows
+    to a multiple of the number of processes: 63 rows on 2 processes are evaluated as 64 (val/acc 39/64 instead of
+    39/63). ``UnrepeatedDistributedSampler`` (Lightning's, made for prediction) gives process ``r`` the rows
+    ``r, r + W, r + 2W, ...``; the shards differ by at most one row, and the metrics (torchmetrics, summed states)
+    count every row exactly once. Lightning leaves a loader that already has a ``DistributedSampler`` as it is.
 
     Args:
         dataset: the split (``len`` is used).
         trainer: the attached Trainer, or ``None``.
-        lengths: token counts of the examples; when given, each process's rows
-            come longest first (``data.batching=length_grouped``).
+        lengths: token counts of the examples; when given, each process's rows come longest first
+            (``data.batching=length_grouped``).
 
     Returns:
         The sampler, or ``None`` (sequential order) in a single process without ``lengths``.

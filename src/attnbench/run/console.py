@@ -60,7 +60,7 @@ def _format(value: Any, kind: str) -> str:
 def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
     """The end-of-run text: a title line, the :data:`HEADLINE` figures one per line, where the rest is.
 
-    A rate whose thread had less than :data:`attnbench.callbacks.run_stats.MIN_CPU_SHARE` of a CPU core (``*/cpu_share``:
+    A rate whose thread had less than :data:`attnbench.callbacks.throughput.MIN_CPU_SHARE` of a CPU core (``*/cpu_share``:
     the process was paused or shared its core) is printed with that share and marked as disturbed.
 
     Args:

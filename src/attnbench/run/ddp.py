@@ -2,16 +2,13 @@
 
 No torch import at module level: the command line uses :func:`global_rank_from_env`.
 
-Lightning's DDP launcher (``strategy=ddp``) starts the other local ranks by
-running the script again with the same command line. Under Hydra, Lightning
-adds ``hydra.run.dir=<the run dir>`` so they share one output directory — but
-the command line of a multirun (``-m ...``), an Optuna trial or a job in a
-joblib/submitit worker is not the job's: a child would start the whole sweep
-again, or a launcher's worker module. :func:`use_job_command_for_ddp_children`
-makes the children run exactly this job instead: ``python -m attnbench.run.cli
-<the job's overrides> hydra.run.dir=<its output dir>``. Under SLURM (or
-``torchrun``) the processes are started outside Lightning and none of this is
-used.
+Lightning's DDP launcher (``strategy=ddp``) starts the other local ranks by running the script again with the same
+command line (under Hydra with ``hydra.run.dir=<the run dir>`` added, so they share one output directory); but the
+command line of a multirun (``-m ...``), an Optuna trial or a joblib/submitit worker is not the job's: a child
+would start the whole sweep again, or a launcher's worker module. :func:`use_job_command_for_ddp_children` makes
+the children run exactly this job instead: ``python -m attnbench.run.cli <the job's overrides>
+hydra.run.dir=<its output dir>``. Under SLURM (or ``torchrun``) the processes are started outside Lightning and
+none of this is used.
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ from typing import Any
 def global_rank_from_env(devices_per_node: int = 1) -> int:
     """This process's global rank as the launcher set it in the environment, before any process group exists.
 
-    ``RANK`` (torchrun), ``SLURM_PROCID`` (SLURM, when it runs one task per
-    device), otherwise ``NODE_RANK * devices_per_node + LOCAL_RANK`` (Lightning's
-    own launcher); 0 in a plain single process.
+    ``RANK`` (torchrun), ``SLURM_PROCID`` (SLURM, when it runs one task per device), otherwise
+    ``NODE_RANK * devices_per_node + LOCAL_RANK`` (Lightning's own launcher); 0 in a plain single process.
 
     Args:
         devices_per_node: processes per node, used only with ``NODE_RANK``.
@@ -60,11 +56,9 @@ def ddp_child_command(task_overrides: Sequence[str], output_dir: Path, local_ran
                       log_file_handler: bool = True) -> list[str]:
     """The command line that runs local rank ``local_rank`` of this job: the same config, the same output dir.
 
-    The child keeps the job's config overrides (sweep parameters, Optuna's
-    sampled values) and drops Hydra's own (``-m``, launcher, sweeper); it
-    writes no ``.hydra/`` copy, and with ``log_file_handler`` (the job logging
-    config has a ``file`` handler) its log goes to ``train_rank<N>.log``
-    instead of the job's ``train.log``.
+    The child keeps the job's config overrides (sweep parameters, Optuna's sampled values) and drops Hydra's own
+    (``-m``, launcher, sweeper); it writes no ``.hydra/`` copy, and with ``log_file_handler`` (the job logging
+    config has a ``file`` handler) its log goes to ``train_rank<N>.log`` instead of the job's ``train.log``.
     """
     command = [
         sys.executable, "-m", "attnbench.run.cli", *task_overrides,
@@ -78,10 +72,9 @@ def ddp_child_command(task_overrides: Sequence[str], output_dir: Path, local_ran
 def use_job_command_for_ddp_children(output_dir: Path) -> None:
     """Make Lightning's DDP launcher start this Hydra job's other local ranks with :func:`ddp_child_command`.
 
-    Call it in the launching process once Hydra is initialised, before
-    ``Trainer.fit``. It replaces the command builder Lightning uses when Hydra
-    is in use (``_hydra_subprocess_cmd``: a private function, pinned by the
-    DDP test); the working directory stays the one Hydra started in.
+    Call it in the launching process once Hydra is initialised, before ``Trainer.fit``. It replaces the command
+    builder Lightning uses when Hydra is in use (``_hydra_subprocess_cmd``: a private function, pinned by the DDP
+    test); the working directory stays the one Hydra started in.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_original_cwd
@@ -103,12 +96,10 @@ def use_job_command_for_ddp_children(output_dir: Path) -> None:
 def ddp_job_scope() -> Iterator[None]:
     """One job's distributed state, undone when the job ends: several DDP jobs can run in one process.
 
-    Lightning's launcher leaves ``LOCAL_RANK``, ``MASTER_PORT``, ... in the
-    launching process's environment and keeps its process group; the next job
-    of a multirun in the same process would take itself for a child (no
-    processes started) and reuse a group whose peers have exited. In the
-    launching process this destroys the group and restores those variables
-    when the job ends; in a child process it does nothing.
+    Lightning's launcher leaves ``LOCAL_RANK``, ``MASTER_PORT``, ... in the launching process's environment and
+    keeps its process group; the next job of a multirun in the same process would take itself for a child (no
+    processes started) and reuse a group whose peers have exited. In the launching process this destroys the group
+    and restores those variables when the job ends; in a child process it does nothing.
     """
     saved = {key: os.environ.get(key) for key in _LAUNCHER_ENV}
     launching = "LOCAL_RANK" not in os.environ

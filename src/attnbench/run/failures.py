@@ -1,7 +1,7 @@
 """Every exception a job can meet, translated into one user-facing message (:class:`~attnbench.errors.AttnbenchError`)
 in one place; ``failure.json`` written and the W&B run finished on the way out.
 
-- :func:`invalid_config`, :func:`from_instantiation`: config and construction errors before training;
+- :func:`from_instantiation`: construction errors before training;
 - :class:`FailureHandler`: what escapes ``trainer.fit``/``trainer.test`` (a NaN loss, out of memory, an
   interrupt, a failed write, a Lightning misconfiguration);
 - :func:`hydra_error_message`: a misspelt key override, at composition (used by :mod:`attnbench.run.cli`).
@@ -55,10 +55,11 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
         try:
             return task(cfg)
         except Exception as err:
-            if _is_rank_zero(cfg):
+            if global_rank_from_env(processes_per_node(cfg)) == 0:
                 record_failure(cfg, err, job_output_dir(cfg), _in_sweep())
             if isinstance(err, AttnbenchError):  # the user's input or a fault, not a bug: no traceback
-                _report(err)
+                to_log_files(logging.ERROR, "%s", err)  # train.log; stderr: one unwrapped line, paths copyable
+                print(f"Error: {err}", file=sys.stderr, flush=True)
                 if _in_sweep() and not isinstance(err, RunInterrupted):
                     raise
                 raise SystemExit(getattr(err, "exit_code", 1)) from None
@@ -69,14 +70,12 @@ def task_wrapper(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], An
     return wrapped
 
 
-def _report(err: BaseException) -> None:
-    """The message on stderr as one unwrapped line (a path or a resume command stays copyable), and as an
-    ERROR record in the job's log files (``train.log``)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (err,), None)
+def to_log_files(level: int, message: str, *args: Any) -> None:
+    """A record for the job's log files (``train.log``) only, not the console."""
+    record = log.makeRecord(log.name, level, __file__, 0, message, args, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
-    print(f"Error: {err}", file=sys.stderr, flush=True)
 
 
 def _in_sweep() -> bool:
@@ -84,13 +83,6 @@ def _in_sweep() -> bool:
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def _is_rank_zero(cfg: DictConfig) -> bool:
-    return global_rank_from_env(processes_per_node(cfg)) == 0
-
-
-ERROR_FILE = "error.json"
 
 
 def write_failure(output_dir: Path, err: BaseException, where: str = "before training",
@@ -132,7 +124,7 @@ def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_swe
         return
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / ERROR_FILE, {
+        write_json(output_dir / "error.json", {
             "status": "failed",
             "error": f"{type(err).__name__}: {err}",
             "run_name": str(cfg.get("run_name")),
@@ -140,12 +132,6 @@ def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_swe
         })
     except Exception as write_err:  # noqa: BLE001 - never hide the original error
         log.warning("Could not write error.json: %s", write_err)
-
-
-def invalid_config(err: ValueError | KeyError | TypeError) -> ConfigError:
-    """A constructor's rejection of a config value (model sizes, dropout, schedule) as a :class:`ConfigError`."""
-    message = err.args[0] if err.args else repr(err)
-    return ConfigError(f"invalid config: {message}")
 
 
 def from_instantiation(err: Exception, what: str) -> BaseException:
@@ -168,46 +154,6 @@ def from_instantiation(err: Exception, what: str) -> BaseException:
         message = cause.args[0] if cause.args else repr(cause)  # a KeyError's str() is quoted
         return ConfigError(f"invalid {what} config: {message}")
     return err
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """True for CUDA/MPS out-of-memory errors and CPU allocation failures (RuntimeError "can't allocate memory")."""
-    import torch
-
-    if isinstance(err, torch.OutOfMemoryError | MemoryError):
-        return True
-    text = str(err).lower()
-    return isinstance(err, RuntimeError) and any(
-        s in text for s in ("out of memory", "can't allocate memory", "could not allocate", "failed to allocate")
-    )
-
-
-def _lightning_message(err: BaseException) -> str:
-    """A Lightning ``MisconfigurationException``'s message without its `` HINT: ...`` tail, on one line.
-
-    Lightning appends the hint to the message text (no attribute holds the message without it), and the hint
-    names a Python call (``self.log(...)``) where an attnbench user changes a config key; the message text is
-    all there is to cut.
-    """
-    return " ".join(str(err).split(" HINT:")[0].split())
-
-
-def _overrides() -> list[str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return [o for o in HydraConfig.get().overrides.task if not o.startswith("ckpt_path=")]
-    return []
-
-
-def _run_dir_override() -> list[str]:
-    """``hydra.run.dir=<this run's dir>`` for a single run, so that its resume continues in the same dir."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.RUN:
-        return [shlex.quote(f"hydra.run.dir={HydraConfig.get().runtime.output_dir}")]
-    return []
 
 
 class FailureHandler:
@@ -234,19 +180,15 @@ class FailureHandler:
         t = self.trainer
         return f"step {t.global_step} (epoch {t.current_epoch})" if t is not None else "start-up"
 
-    def _testing(self) -> bool:
-        from pytorch_lightning.trainer.states import TrainerFn
-
-        return self.trainer is not None and self.trainer.state.fn == TrainerFn.TESTING
-
-    def _fitting(self) -> bool:
-        from pytorch_lightning.trainer.states import TrainerFn
-
-        return self.trainer is None or self.trainer.state.fn == TrainerFn.FITTING
+    def _stage(self) -> Any:
+        """The trainer's ``TrainerFn`` (``FITTING``, ``TESTING``), or ``None`` before a trainer exists."""
+        return self.trainer.state.fn if self.trainer is not None else None
 
     def translate(self, err: BaseException) -> AttnbenchError | None:
         """The user-facing error for ``err`` (escaped from fit/test), or ``None`` for a bug (re-raised as is)."""
+        import torch
         from lightning_fabric.utilities.exceptions import MisconfigurationException
+        from pytorch_lightning.trainer.states import TrainerFn
 
         if isinstance(err, AttnbenchError):
             return err
@@ -256,10 +198,13 @@ class FailureHandler:
         if interrupt.signal_name is not None and isinstance(err, KeyboardInterrupt | SystemExit):
             return RunInterrupted(self._interrupt_message(),
                                   128 + (signal.SIGTERM if interrupt.signal_name == "SIGTERM" else signal.SIGINT))
-        if is_out_of_memory(err):
+        text = str(err).lower()  # CUDA/MPS out of memory, or a CPU allocation failure
+        allocation = ("out of memory", "can't allocate memory", "could not allocate", "failed to allocate")
+        if isinstance(err, torch.OutOfMemoryError | MemoryError) or (
+                isinstance(err, RuntimeError) and any(s in text for s in allocation)):
             data = self.cfg.data
             knobs = f"data.batch_size (now {data.batch_size}), data.max_length (now {data.max_length})"
-            if not self._fitting():
+            if self._stage() not in (None, TrainerFn.FITTING):
                 knobs = f"data.eval_batch_size (now {data.eval_batch_size}), data.max_length (now {data.max_length})"
             if "chunk_bytes" in self.cfg.attention:
                 knobs += f", attention.chunk_bytes (now {self.cfg.attention.chunk_bytes})"
@@ -267,7 +212,9 @@ class FailureHandler:
             return OutOfMemory(f"Out of memory at {self._where()} ({first_line[:160]}). Lower {knobs}; "
                                "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
         if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
-            return ConfigError(f"invalid trainer or callbacks config: {_lightning_message(err)}")
+            # without the `` HINT: ...`` Lightning appends to the text, which names a Python call, not a config key
+            message = " ".join(str(err).split(" HINT:")[0].split())
+            return ConfigError(f"invalid trainer or callbacks config: {message}")
         write_err = write_error(err)
         if write_err is not None:
             path = write_err.filename or self.output_dir
@@ -279,18 +226,27 @@ class FailureHandler:
         return None
 
     def _interrupt_message(self) -> str:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+        from pytorch_lightning.trainer.states import TrainerFn
+
         from attnbench.callbacks.nan_guard import last_checkpoint
 
         interrupt = self.interrupt
         if interrupt.checkpoint is not None:
-            resume = " ".join(["python train.py", *map(shlex.quote, _overrides()), *_run_dir_override(),
-                               f"ckpt_path={shlex.quote(str(interrupt.checkpoint))}"])
+            command = ["python train.py"]
+            if HydraConfig.initialized():  # the job's overrides; a single run continues in its own dir
+                hydra_cfg = HydraConfig.get()
+                command += [shlex.quote(o) for o in hydra_cfg.overrides.task if not o.startswith("ckpt_path=")]
+                if hydra_cfg.mode == RunMode.RUN:
+                    command.append(shlex.quote(f"hydra.run.dir={hydra_cfg.runtime.output_dir}"))
+            resume = " ".join([*command, f"ckpt_path={shlex.quote(str(interrupt.checkpoint))}"])
             saved = f"checkpoint saved to {interrupt.checkpoint}. Resume with: {resume}"
         else:
             last = last_checkpoint(self.trainer)
             why = f" ({interrupt.checkpoint_error})" if interrupt.checkpoint_error else ""
             saved = f"no new checkpoint written{why}; the last one is {last}" if last else "no checkpoint to resume"
-            if self._testing():
+            if self._stage() == TrainerFn.TESTING:
                 saved = f"training had finished (checkpoints in {self.output_dir / 'checkpoints'}); testing stopped"
         return f"Interrupted by {interrupt.signal_name} at {self._where()}; {saved}."
 

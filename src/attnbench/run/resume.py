@@ -304,6 +304,15 @@ def _count_reclosed_epoch_once(trainer: pl.Trainer) -> None:
     progress.total.processed -= 1
 
 
+def planned_steps(trainer: pl.Trainer) -> float:
+    """The fit's optimizer-step budget (``trainer.estimated_stepping_batches``: ``max_steps``, or ``max_epochs`` x
+    batches per epoch, whichever ends first); ``inf`` when it has no end or a loader has no length."""
+    try:
+        return float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - a loader without a length
+        return float("inf")
+
+
 def _scalar_metrics(metrics: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The scalar entries of ``trainer.callback_metrics`` as detached CPU tensors (dtype kept: exact on reload)."""
     return {k: v.detach().cpu().clone() for k, v in metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
@@ -499,10 +508,7 @@ class ResumeState(pl.Callback):
         without a stop request (early stopping, ``max_time``, a signal) took other steps."""
         if not (self.replay and self.replay.get("exact")) or trainer.should_stop:
             return
-        try:
-            planned = float(trainer.estimated_stepping_batches)
-        except Exception:  # noqa: BLE001 - a loader without a length: no end step to compare with
-            return
+        planned = planned_steps(trainer)
         if planned != float("inf") and trainer.global_step != planned:
             self.replay.update(exact=False, reason=f"the resumed run ended at step {trainer.global_step}, the "
                                                    f"uninterrupted run ends at step {planned:.0f}")

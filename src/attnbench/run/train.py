@@ -11,6 +11,7 @@ Check the config, claim the output dir, build data, model, loggers, callbacks an
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -34,10 +35,11 @@ from pytorch_lightning.loggers import WandbLogger
 from attnbench.callbacks.nan_guard import NonFiniteLossGuard
 from attnbench.callbacks.throughput import Throughput
 from attnbench.config import check_run_config
+from attnbench.errors import ConfigError
 from attnbench.models.module import TextClassifierModule
 from attnbench.run.console import format_summary
 from attnbench.run.ddp import global_rank_from_env, processes_per_node, use_job_command_for_ddp_children
-from attnbench.run.failures import FailureHandler, from_instantiation, invalid_config
+from attnbench.run.failures import FailureHandler, from_instantiation, to_log_files
 from attnbench.run.loggers import finish_wandb, wandb_summary
 from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, release_writes, write_json
 from attnbench.run.resume import (
@@ -46,6 +48,7 @@ from attnbench.run.resume import (
     ResumeState,
     check_checkpoint_fits,
     checkpoint_extras,
+    planned_steps,
     resolve_checkpoint,
 )
 
@@ -74,12 +77,8 @@ def build(node: DictConfig, what: str, **kwargs: Any) -> Any:
 
 
 def raise_own_error(err: InstantiationException) -> None:
-    """Re-raise the exception a ``_target_``'s constructor raised (Hydra wraps it), with its own traceback.
-
-    A bug in a constructor (a user's score function, logger or callback) then ends in the
-    Python traceback of its own file and line, not in Hydra's one-line ``Error in call to target ...``
-    summary (which the command line prints without a traceback). Without a cause, ``err`` itself.
-    """
+    """Re-raise the exception a ``_target_``'s constructor raised (Hydra wraps it), with its own traceback: a
+    bug in a user's score function, logger or callback ends at its own file and line. Without a cause, ``err``."""
     cause = err.__cause__
     if cause is None:
         raise err
@@ -153,7 +152,7 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
         # a ValueError/KeyError is a value the constructor refused (ConfigError is one); a TypeError is a bug
         # in a constructor and keeps its own traceback
         if isinstance(cause, ValueError | KeyError):
-            raise invalid_config(cause) from None
+            raise ConfigError(f"invalid config: {cause.args[0] if cause.args else repr(cause)}") from None
         raise_own_error(err)
 
 
@@ -252,10 +251,11 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
         steps = steps_done_and_planned(trainer)  # whole-run figures: in metrics.json and the loggers' last row
         stopped_by = stop_reason(trainer)
         if stopped_by:
+            planned = steps.get("train/steps_planned")
             log.warning("Stopped by trainer.%s after %d of %s planned training steps: the test below measures an "
                         "unfinished run (metrics.json: stopped_by=%s; `attnbench report` shows its time per step and "
                         "the extrapolated time of the whole budget instead of its accuracy).", stopped_by,
-                        trainer.global_step, _planned_text(steps), stopped_by)
+                        trainer.global_step, "unlimited" if planned is None else f"{planned:,.0f}", stopped_by)
             partial = limit_test_batches(trainer, cfg.get("test_batches_if_stopped"), datamodule)
             if partial is not None:  # its test rate is of the first batches only: the report keeps it apart
                 steps["test/limited_to_batches"] = float(partial)
@@ -271,8 +271,12 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
         measured_on.update(getattr(callback, "measured_on", None) or {})
     summary["time/total_sec"] = time.perf_counter() - t_start
     whole_run = {k: v for k, v in summary.items() if k not in fit_metrics and k not in test_metrics}
+    # one last row in every logger (rank zero only), at the last step: the whole-run figures of metrics.json
+    # (train/test tokens/s, perf/peak_mem_bytes, model/params, time/total_sec, the post-training diag/*)
     with failures.translating(wandb_logger):
-        log_whole_run(trainer, whole_run)
+        for logger in trainer.loggers:
+            logger.log_metrics(dict(whole_run), step=trainer.global_step)
+            logger.save()
     info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
     info["stopped_by"] = stopped_by
     info.update(measured_on)
@@ -285,7 +289,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
         if best:
             link_last_to_best(Path(best), output_dir / "checkpoints" / "last.ckpt")
     finish_wandb(wandb_logger)
-    to_log_files("Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
+    to_log_files(logging.INFO, "Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     # once, headline first; all figures are in metrics.json
     print(format_summary(summary, {**info, **class_balance(datamodule)}), flush=True)
     return summary
@@ -305,11 +309,7 @@ def steps_done_and_planned(trainer: pl.Trainer) -> dict[str, float]:
     """``train/steps_done`` (optimizer steps taken, ``trainer.global_step``) and ``train/steps_planned`` (the
     budget: ``trainer.estimated_stepping_batches``, i.e. ``max_steps``, or ``max_epochs`` x batches per epoch,
     whichever ends first); the planned count is left out when the budget has no end (both -1)."""
-    figures = {"train/steps_done": float(trainer.global_step)}
-    try:
-        planned = float(trainer.estimated_stepping_batches)
-    except Exception:  # noqa: BLE001 - a loader without a length: no planned count to report
-        return figures
+    figures, planned = {"train/steps_done": float(trainer.global_step)}, planned_steps(trainer)
     if planned != float("inf"):
         figures["train/steps_planned"] = planned
     return figures
@@ -324,25 +324,18 @@ def stop_reason(trainer: pl.Trainer) -> str | None:
     remaining = timer.time_remaining() if timer is not None else None
     if remaining is None or remaining > 0:
         return None
-    try:
-        planned = float(trainer.estimated_stepping_batches)
-    except Exception:  # noqa: BLE001 - no length: the timer is what stopped an endless budget
-        planned = float("inf")
-    return "max_time" if trainer.global_step < planned else None
+    return "max_time" if trainer.global_step < planned_steps(trainer) else None
 
 
 def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.LightningDataModule | None = None
                        ) -> int | None:
     """Cap the test that follows a stopped fit at ``batches`` batches (``test_batches_if_stopped``; None: leave
-    the trainer's ``limit_test_batches`` as configured). An unfinished run's accuracy is left out of the report,
-    so its test only measures the inference rate (``test/tokens_per_sec``; ``test/samples`` says how many were
-    tested): for ``additive`` at n = 512 on a CPU the whole 25,000-review IMDB test would outlast the capped fit.
-    Lightning runs the first ``batches`` batches; with ``data.batching=length_grouped`` those hold the longest
-    rows, so the rate is the one at full length, lower than a whole split's for a cost that grows with n.
+    the trainer's ``limit_test_batches`` as configured): an unfinished run's accuracy is left out of the report,
+    so its test only measures the inference rate (``test/tokens_per_sec``, over ``test/samples`` rows). Lightning
+    runs the first batches: with ``data.batching=length_grouped`` the longest rows, so the rate at full length.
 
     The cap only ever lowers the test: the smaller of ``batches`` and what ``trainer.limit_test_batches`` asks
-    for, a count or a fraction (Lightning's rule for a fraction f of a loader of L batches: ``int(L * f)``,
-    ``pytorch_lightning.trainer.connectors.data_connector._parse_num_batches``; L read from
+    for, a count or a fraction f of the loader's L batches (Lightning's rule: ``int(L * f)``, L read from
     ``datamodule.test_dataloader()``, per process under DDP). A fraction stays as it is where L is unknown.
 
     Returns:
@@ -350,7 +343,9 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
         of those batches only: ``test/limited_to_batches`` in ``metrics.json``), else None."""
     if batches is None:
         return None
-    current, length = trainer.limit_test_batches, _loader_length(datamodule)
+    current, length = trainer.limit_test_batches, None
+    with contextlib.suppress(TypeError, NotImplementedError):  # an iterable loader has no length
+        length = len(datamodule.test_dataloader()) if datamodule is not None else None
     if isinstance(current, float) and not isinstance(current, bool) and current < 1.0:
         if length is not None and int(length * current) >= 1:  # 0 batches: Lightning's own error names the key
             current = int(length * current)
@@ -364,21 +359,6 @@ def limit_test_batches(trainer: pl.Trainer, batches: int | None, datamodule: pl.
     if isinstance(limit, int) and (length is None or limit < length):
         return limit
     return None
-
-
-def _loader_length(datamodule: pl.LightningDataModule | None) -> int | None:
-    """Batches of ``datamodule.test_dataloader()`` (this process's), or None where it has no length."""
-    if datamodule is None:
-        return None
-    try:
-        return len(datamodule.test_dataloader())
-    except (TypeError, NotImplementedError):  # an iterable loader without a length
-        return None
-
-
-def _planned_text(figures: dict[str, float]) -> str:
-    planned = figures.get("train/steps_planned")
-    return f"{planned:,.0f}" if planned is not None else "unlimited"
 
 
 def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt_path: str | None,
@@ -402,22 +382,4 @@ def run_info(cfg: DictConfig, output_dir: Path, best: str, world_size: int, ckpt
     if replay is not None:  # which batches a resume replayed (exact: false after a mid-epoch one)
         info["resume"] = replay
     return info
-
-
-def log_whole_run(trainer: pl.Trainer, figures: dict[str, float]) -> None:
-    """One last row in every logger (``csv/metrics.csv``, the W&B history) with the whole-run figures
-    (``train/tokens_per_sec``, ``test/tokens_per_sec``, ``perf/peak_mem_bytes``, ``model/params``,
-    ``time/total_sec``, the post-training ``diag/*``), at the run's last step, so that the loggers hold
-    what ``metrics.json`` holds. Loggers are rank-zero-only: other ranks write nothing."""
-    for logger in trainer.loggers:
-        logger.log_metrics(dict(figures), step=trainer.global_step)
-        logger.save()
-
-
-def to_log_files(message: str, *args: Any) -> None:
-    """An INFO record for the job's log files (``train.log``) only, not the console."""
-    record = log.makeRecord(log.name, logging.INFO, __file__, 0, message, args, None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
 

@@ -303,7 +303,7 @@ def test_the_two_machine_table_pairs_the_same_jobs_by_seed(tmp_path):
 
     def interval(x: list[float]) -> str:
         mean, half = sum(x) / len(x), stats.t.ppf(0.975, len(x) - 1) * stats.tstd(x) / len(x) ** 0.5
-        return f"{tables._signed(mean)} [{tables._signed(mean - half)}, {tables._signed(mean + half)}]"
+        return f"{tables._sign(mean)} [{tables._sign(mean - half)}, {tables._sign(mean + half)}]"
 
     rows = tables.render_two_machines(jobs(before), jobs(now)).splitlines()
     assert rows[0].startswith("| data | attention | seeds | test acc before | test acc now |")

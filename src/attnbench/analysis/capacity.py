@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.tables import attention_order, md_table
+
 #: the memory load (pairs per example) and the head dim columns of the capacity experiment's report
 LOAD, HEAD_DIM = "data.num_pairs", "model.head_dim"
 #: the accuracy a curve is said to fall below
@@ -51,8 +53,6 @@ def curves(table: pd.DataFrame) -> dict[Any, dict[str, pd.DataFrame]]:
     Raises:
         ValueError: the table has no ``data.num_pairs`` or ``attention`` column (not a capacity report).
     """
-    from attnbench.analysis.tables import attention_order
-
     for column in (LOAD, "attention", "acc_mean"):
         if column not in table:
             raise ValueError(f"a capacity table needs a {column!r} column (columns: {', '.join(table.columns)}): "
@@ -79,11 +79,8 @@ def crossing(points: pd.DataFrame, threshold: float = THRESHOLD) -> tuple[int | 
     from_means = bool(points["lo"].isna().any())
     lo = points["lo"].fillna(points["mean"])
     hi = points["hi"].fillna(points["mean"])
-    holds_to = None
-    for load, low in zip(points["load"], lo):
-        if low < threshold:
-            break
-        holds_to = int(load)
+    holding = points["load"][(lo >= threshold).cummin()]  # the loads before the first one whose lower end is below
+    holds_to = int(holding.iloc[-1]) if len(holding) else None
     below = [int(load) for load, high in zip(points["load"], hi) if high < threshold]
     return holds_to, (below[0] if below else None), from_means
 
@@ -109,9 +106,7 @@ def render_capacity(table: pd.DataFrame) -> str:
     for dk, by_attention in curves(table).items():
         loads = sorted({int(x) for points in by_attention.values() for x in points["load"]})
         most = max(int(points["n"].max()) for points in by_attention.values())
-        head = " | ".join(f"{load} pairs" for load in loads)
-        lines += [f"| d_k = {dk if dk is not None else 'one value'} | {head} | falls below {THRESHOLD:.0%} |",
-                  "|---|" + "---|" * (len(loads) + 1)]
+        rows = []
         for name, points in by_attention.items():
             cells = []
             for load in loads:
@@ -122,8 +117,9 @@ def render_capacity(table: pd.DataFrame) -> str:
                 p = at.iloc[0]
                 cell = f"{p['mean']:.3f}" + ("" if math.isnan(p["lo"]) else f" [{p['lo']:.3f}, {p['hi']:.3f}]")
                 cells.append(cell + (f" ({int(p['n'])} seed{'s' * (p['n'] > 1)})" if p["n"] < most else ""))
-            lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {_bracket(points)} |")
-        lines.append("")
+            rows.append([f"`{name}`", *cells, _bracket(points)])
+        lines += [md_table([f"d_k = {dk if dk is not None else 'one value'}", *(f"{load} pairs" for load in loads),
+                            f"falls below {THRESHOLD:.0%}"], rows), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -16,30 +16,14 @@ silently dropped.
 A *variant* is one combination of the settings that differ between the runs, other than ``seed`` (e.g.
 ``data=sst2, attention=additive``); settings are config keys that can change a result (paths, loggers, names
 and progress bars do not). The settings every run shares are stated in the report and in every plot title.
-Per variant the report gives the number of seeds, test accuracy mean ± sample std and its 95% confidence
-interval (Student t over seeds; "1 seed, no interval" and no error bar where one seed gives none), the
-paired difference to the baseline score function (same setting and seed) with its 95% interval, train and
-inference tokens/s, training steps/s, peak memory and parameters, and, when the attention diagnostics ran,
-the final attention entropy, saturation and largest score. Where ``scaled_dot`` and the ``uniform`` control both
-ran, a section pairs them by seed per setting and marks each setting where ``scaled_dot`` does not beat the
-control beyond the paired 95% interval: *this task does not discriminate score functions*
-(:func:`attnbench.analysis.stats.control_gaps`). A run that ``trainer.max_time`` stopped before its
-step budget (``stopped_by: max_time`` in its ``metrics.json``) is marked *unfinished*: its accuracy is left out
-of the statistics, and the report gives its measured seconds per step and the time its whole budget would take
-at that rate (planned steps / steps per second) instead, in the table and in a section of its own.
-Plots (PNG, next to ``report.md``):
-
-- ``pareto.png``: test accuracy (95% interval) vs training tokens/s per setting, one marker per score function
-  (no front is drawn: a line through means whose differences the intervals do not resolve would read as a
-  trade-off the runs did not show);
-- ``head_dim.png``: test accuracy and saturation vs ``model.head_dim`` (when swept);
-- ``seq_len.png``: training tokens/s and peak memory vs ``data.max_length`` (when swept); in both, one line per
-  score function per setting of the other swept keys (e.g. per dataset);
-- ``capacity.png`` (when ``data.num_pairs`` and ``attention`` are swept, ``experiment=capacity``): test accuracy
-  against memory load per score function, one panel per head dim (:mod:`attnbench.analysis.capacity`), beside
-  the report's Capacity section: where each curve falls below 90%;
-- ``attention_maps[_<setting>]_s<i>.png``: the attention weights of every layer and head on test sentence
-  ``i``, one row per score function (:mod:`attnbench.viz.attention_maps`).
+Per variant the report gives the statistics of :func:`attnbench.analysis.stats.summarise` (seeds, test accuracy
+mean ± sample std and its 95% Student-t interval, the paired difference to the baseline score function, rates,
+memory, parameters, the attention diagnostics); the ``uniform`` control's section
+(:func:`attnbench.analysis.stats.control_gaps`); and the runs ``trainer.max_time`` stopped before their budget,
+marked *unfinished* (:func:`stopped_table`). Plots (PNG, next to ``report.md``; :func:`figures`): ``pareto.png``
+(test accuracy vs training tokens/s per setting), ``head_dim.png`` and ``seq_len.png`` (when ``model.head_dim`` /
+``data.max_length`` are swept), ``capacity.png`` (:mod:`attnbench.analysis.capacity`) and
+``attention_maps[_<setting>]_s<i>.png`` (:mod:`attnbench.viz.attention_maps`).
 
 Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
 settings and metrics) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
@@ -76,7 +60,6 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     STATUS_MISSING,
     STATUS_OK,
     MIN_CPU_SHARE,
-    VAL_HISTORY_COLUMNS,
     NO_DISCRIMINATION,
     control_gaps,
     convergence_counts,
@@ -95,6 +78,7 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
 )
 
 from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity, with_head_dim
+from attnbench.analysis.tables import md_table
 
 # Hydra keys that never define a variant
 IGNORED_KEYS = {"hydra.sweep.dir", "hydra.run.dir", "hydra.mode"}
@@ -144,11 +128,9 @@ def expected_jobs(multirun_dir: Path) -> tuple[list[dict[str, str]], list[str]]:
     overrides replace a param of the same key; jobs are the Cartesian product.
     Returns ``([], [])`` when ``multirun.yaml`` is absent.
     """
-    path = multirun_dir / "multirun.yaml"
-    if not path.is_file():
+    if not (multirun_dir / "multirun.yaml").is_file():
         return [], []
-    cfg = yaml.safe_load(path.read_text()) or {}
-    hydra_cfg = cfg.get("hydra", {})
+    hydra_cfg = (_load_yaml(multirun_dir / "multirun.yaml") or {}).get("hydra", {})
     params = hydra_cfg.get("sweeper", {}).get("params") or {}
     lines = [f"{k}={v}" for k, v in params.items()]
     lines += list(hydra_cfg.get("overrides", {}).get("task") or [])
@@ -162,13 +144,9 @@ def expected_jobs(multirun_dir: Path) -> tuple[list[dict[str, str]], list[str]]:
 def _last_error(job_dir: Path) -> str | None:
     """The last ERROR line of a job's ``train.log`` without its time/logger prefix; ``None`` if there is none."""
     log = job_dir / "train.log"
-    if not log.is_file():
-        return None
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()] if log.is_file() else []
     errors = [line for line in lines if "][ERROR]" in line or line.startswith(("Traceback", "Error"))]
-    if not errors:
-        return None
-    return errors[-1].split("][ERROR] ", 1)[-1][:200]
+    return errors[-1].split("][ERROR] ", 1)[-1][:200] if errors else None
 
 
 def _failure_record(job_dir: Path) -> dict[str, Any]:
@@ -191,10 +169,8 @@ def _csv_history(job_dir: Path, columns: tuple[str, ...]) -> pd.DataFrame | None
     one per segment: :func:`attnbench.run.loggers.csv_log_segments`, joined by
     :func:`attnbench.analysis.stats.join_log_segments`); None without a readable log.
 
-    Rows of the test loop (any ``test/*`` value) are left out: Lightning's ``ThroughputMonitor`` logs them with
-    ``step`` counting test batches (50, 100, ...), not training steps, so in the last segment of a resumed run they
-    superseded every earlier row from step 50 on and dropped its first epoch's ``val/loss`` (an IMDB ``compare``
-    run resumed in epoch 1 counted one validated epoch), and they are no training step a killed run reached."""
+    Rows of the test loop (any ``test/*`` value) are left out: their ``step`` counts test batches (50, 100, ...),
+    not training steps, so they would supersede a resumed run's earlier rows from step 50 on."""
     frames = []
     for path in csv_log_segments(job_dir):
         try:
@@ -402,22 +378,16 @@ def read_runs(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[str], dict[str,
     """
     records: list[dict[str, Any]] = []
     swept: list[str] = []
-    seen_dirs: set[Path] = set()
+    seen_dirs: set[Path | None] = set()
     for path in paths:
         for found in find_runs(Path(path)):
-            if _is_run_dir(found):
-                if found.resolve() not in seen_dirs:
-                    seen_dirs.add(found.resolve())
-                    records.append(read_job(found))
-                continue
-            sweep_records, sweep_keys = _read_sweep(found)
-            for r in sweep_records:
-                if r.get("dir") and Path(r["dir"]).resolve() in seen_dirs:
-                    continue
-                if r.get("dir"):
-                    seen_dirs.add(Path(r["dir"]).resolve())
-                records.append(r)
-            swept += [k for k in sweep_keys if k not in swept]
+            found_records, found_swept = ([read_job(found)], []) if _is_run_dir(found) else _read_sweep(found)
+            for r in found_records:  # a job never started has no dir
+                where = Path(r["dir"]).resolve() if r.get("dir") else None
+                if where is None or where not in seen_dirs:
+                    seen_dirs.add(where)
+                    records.append(r)
+            swept += [k for k in found_swept if k not in swept]
     return _frame(records, swept)
 
 
@@ -615,13 +585,9 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     as not final, with the number of rows it was measured on (``test_batches_if_stopped`` tests fewer than the
     split). Empty when no run stopped."""
     stopped = jobs[(jobs["status"] == STATUS_OK) & stopped_runs(jobs)]
-    if stopped.empty:
-        return ""
     disturbed = disturbed_runs(stopped, "train/cpu_share")
-    headers = ["job", *swept, "stopped by", "steps done / planned", "s/step (measured)", "training time (measured)",
-               "whole budget (extrapolated)", "test acc at the stop (not final)"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for _, r in stopped.iterrows():
+
+    def cells(r: pd.Series) -> list[str]:
         done, planned = r.get("train/steps_done"), r.get("train/steps_planned")
         rate, seconds = r.get("train/steps_per_sec"), r.get("train/time_sec")
         sec_step = 1.0 / rate if _finite(rate) and rate > 0 else math.nan
@@ -634,14 +600,24 @@ def stopped_table(jobs: pd.DataFrame, swept: list[str]) -> str:
             # its rate is of its first batches only (the longest rows): kept out of the variant's test_tok_s
             tested += (f", {r.get('test/tokens_per_sec'):,.0f} test tok/s on its first "
                        f"{r.get('test/limited_to_batches'):,.0f} batches")
-        cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
-        cells += [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
-                  "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",
-                  human_seconds(seconds) if _finite(seconds) else "–",
-                  human_seconds(whole) + mark if not math.isnan(whole) else "–",
-                  f"{r.get(ACC):.4f} ({STOPPED_MARK}{tested})" if _finite(r.get(ACC)) else "–"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        return [f"trainer.{r['stopped_by']}", f"{_fmt(done, 0)} / {_fmt(planned, 0)}",
+                "–" if math.isnan(sec_step) else f"{sec_step:.3g}{mark}",
+                human_seconds(seconds) if _finite(seconds) else "–",
+                human_seconds(whole) + mark if not math.isnan(whole) else "–",
+                f"{r.get(ACC):.4f} ({STOPPED_MARK}{tested})" if _finite(r.get(ACC)) else "–"]
+
+    return _jobs_table(stopped, swept, ["stopped by", "steps done / planned", "s/step (measured)",
+                                        "training time (measured)", "whole budget (extrapolated)",
+                                        "test acc at the stop (not final)"], cells)
+
+
+def _jobs_table(jobs: pd.DataFrame, swept: list[str], headers: list[str], cells: Any) -> str:
+    """One Markdown row per job of ``jobs``: its name, its ``swept`` settings and ``cells(row)`` under ``headers``;
+    ``""`` when ``jobs`` is empty."""
+    if jobs.empty:
+        return ""
+    return md_table(["job", *swept, *headers],
+                    ([str(r.get("job")), *(str(r.get(k)) for k in swept), *cells(r)] for _, r in jobs.iterrows()))
 
 
 def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
@@ -649,20 +625,17 @@ def resumed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     the epoch they resumed in, its batches done before the checkpoint of its batch count, and how many of that
     epoch's batches the resumed run replayed (seen twice) and never saw. Empty when there is none."""
     finished = jobs[jobs["status"] == STATUS_OK]
-    flagged = finished[inexact_resumes(finished)]
-    if flagged.empty:
-        return ""
-    headers = ["job", *swept, "resumed in epoch", "batches done / per epoch", "batches replayed", "batches unseen"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for _, r in flagged.iterrows():
+
+    def cells(r: pd.Series) -> list[str]:
         replayed = _fmt(r.get("resume/replayed_batches"), 0)
         if replayed in ("0", "0.0"):  # inexact without a replay: a checkpoint without RNG states (not attnbench's)
             replayed = "0 (checkpoint without RNG states: dropout and batch order differ)"
-        cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("resume/epoch"), 0),
-                 f"{_fmt(r.get('resume/batches_done'), 0)} / {_fmt(r.get('resume/batches_per_epoch'), 0)}",
-                 replayed, _fmt(r.get("resume/unseen_batches"), 0)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        return [_fmt(r.get("resume/epoch"), 0),
+                f"{_fmt(r.get('resume/batches_done'), 0)} / {_fmt(r.get('resume/batches_per_epoch'), 0)}",
+                replayed, _fmt(r.get("resume/unseen_batches"), 0)]
+
+    return _jobs_table(finished[inexact_resumes(finished)], swept, ["resumed in epoch", "batches done / per epoch",
+                                                                     "batches replayed", "batches unseen"], cells)
 
 
 def convergence_text(jobs: pd.DataFrame) -> str:
@@ -690,15 +663,9 @@ def disturbed_table(jobs: pd.DataFrame, swept: list[str]) -> str:
     out of the throughput columns. Empty when there is none."""
     finished = jobs[jobs["status"] == STATUS_OK]
     flagged = finished[disturbed_runs(finished, "train/cpu_share") | disturbed_runs(finished, "test/cpu_share")]
-    if flagged.empty:
-        return ""
-    headers = ["job", *swept, "train cpu share", "test cpu share", "train tok/s (left out)"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for _, r in flagged.iterrows():
-        cells = [str(r.get("job")), *(str(r.get(k)) for k in swept), _fmt(r.get("train/cpu_share"), 2),
-                 _fmt(r.get("test/cpu_share"), 2), _fmt(r.get("train/tokens_per_sec"), 0)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return _jobs_table(flagged, swept, ["train cpu share", "test cpu share", "train tok/s (left out)"],
+                       lambda r: [_fmt(r.get("train/cpu_share"), 2), _fmt(r.get("test/cpu_share"), 2),
+                                  _fmt(r.get("train/tokens_per_sec"), 0)])
 
 
 def _finite(value: Any) -> bool:
@@ -728,7 +695,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         headers += ["s/step", f"whole budget at that rate ({STOPPED_MARK})"]
     if has_diag:
         headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    rows = []
     for _, r in table.iterrows():
         n_stopped = int(r.get("n_stopped", 0) or 0)
         if int(r.n) == 0 and n_stopped:
@@ -761,8 +728,8 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
                       f"{human_seconds(r.extrapolated_sec)} ({STOPPED_MARK})"]
         if has_diag:
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return md_table(headers, rows)
 
 
 def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
@@ -778,20 +745,17 @@ def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
                                                           "control_acc", "discriminates", "verdict")]
     headers = [*setting_keys, "paired seeds", f"{BASELINE} test acc", f"{CONTROL} test acc",
                f"{BASELINE} − {CONTROL} (paired, 95% CI)", "verdict"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for _, r in gaps.iterrows():
-        gap = (f"{r.gap:+.4f} ({ONE_SEED})" if math.isnan(r.gap_lo)
-               else f"{r.gap:+.4f} [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]")
-        verdict = f"**{r.verdict}**" if r.verdict == NO_DISCRIMINATION else r.verdict
-        lines.append("| " + " | ".join([*(_fmt(r[k]) for k in setting_keys), str(int(r.n)), f"{r.baseline_acc:.4f}",
-                                         f"{r.control_acc:.4f}", gap, verdict]) + " |")
+    rows = [[*(_fmt(r[k]) for k in setting_keys), str(int(r.n)), f"{r.baseline_acc:.4f}", f"{r.control_acc:.4f}",
+             f"{r.gap:+.4f} ({ONE_SEED})" if math.isnan(r.gap_lo)
+             else f"{r.gap:+.4f} [{r.gap_lo:+.4f}, {r.gap_hi:+.4f}]",
+             f"**{r.verdict}**" if r.verdict == NO_DISCRIMINATION else r.verdict] for _, r in gaps.iterrows()]
     return "\n".join([
         f"## Does attention matter here? (the `{CONTROL}` control)", "",
         f"`{CONTROL}` gives every non-padding key the same weight: attention without content, a masked mean of the "
         f"values. Where `{BASELINE}` does not beat it beyond the 95% interval of their paired difference (same "
         f"seed and setting), the setting is marked *{NO_DISCRIMINATION}*: what the score functions differ in is "
         "not what the task's accuracy rests on, and a null difference between them there says nothing about them.",
-        "", *lines])
+        "", md_table(headers, rows)])
 
 
 def fixed_text(fixed: dict[str, str]) -> str:
@@ -801,10 +765,7 @@ def fixed_text(fixed: dict[str, str]) -> str:
     by_group: dict[str, list[str]] = {}
     for key, value in fixed.items():
         group, _, leaf = key.partition(".")
-        if leaf:
-            by_group.setdefault(group, []).append(f"{leaf}={value}")
-        else:
-            by_group.setdefault(group, [])
+        by_group.setdefault(group, []).extend([f"{leaf}={value}"] if leaf else [])
     lines = ["Settings held fixed (every run has these; paths, loggers and names left out):", ""]
     for group, parts in by_group.items():
         choice = f" ({fixed[group]})" if group in fixed and parts else (f": {fixed[group]}" if group in fixed else "")
@@ -855,9 +816,8 @@ def _spans(values: pd.Series, factor: float = 3.0) -> bool:
 
 
 def _multiple_axis(ax: Any, log: bool) -> None:
-    """A rate-multiple x axis: logarithmic when ``log`` (the figure's multiples span more than 3x: additive's
-    0.05x beside 1x squeezed every other score function into one corner of a linear axis; one choice for every
-    panel of a figure, so that equal multiples sit alike), ticks as plain numbers (0.1, 0.2, 0.5, 1), and a
+    """A rate-multiple x axis: logarithmic when ``log`` (the figure's multiples span more than 3x; one choice for
+    every panel of a figure, so that equal multiples sit alike), ticks as plain numbers (0.1, 0.2, 0.5, 1), and a
     dotted line at 1 (the baseline)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
@@ -865,7 +825,7 @@ def _multiple_axis(ax: Any, log: bool) -> None:
         ax.set_xscale("log")
         low, high = ax.get_xlim()
         ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10) if low <= t <= high]
-        if len(ticks) < 3:  # a narrow panel (0.55x to 1x) had one labelled tick
+        if len(ticks) < 3:  # a narrow panel (0.55x to 1x): tenths
             ticks = [t / 10 for t in range(1, 31) if low <= t / 10 <= high]
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -914,8 +874,6 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     one_seed = (table["n"] < 2).any() if "n" in table else False
     acc_label = "test accuracy (mean, 95% CI)" + ("; hollow: 1 seed, no interval" if one_seed else "")
     setting_keys = [k for k in variant_keys if k != "attention"]
-    settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
-    settings.sort(key=lambda item: _numeric_first(item[0]))  # d_k 16, 32, ..., 256, not 128, 16, 256, ...
     # the paired multiple of the baseline's rate where the report has one (summarise): rates of runs made at
     # different times are not comparable, pairs of one seed are
     paired = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
@@ -929,8 +887,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
         disturbed_rate = table["train_tok_s"].isna() & table["train_tok_s_disturbed"].notna()
         table = table.assign(train_tok_s=table["train_tok_s"].where(~disturbed_rate, table["train_tok_s_disturbed"]),
                              _disturbed_rate=disturbed_rate)
-        settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
-        settings.sort(key=lambda item: _numeric_first(item[0]))
+    settings = list(table.groupby(setting_keys, sort=False, dropna=False)) if setting_keys else [((), table)]
+    settings.sort(key=lambda item: _numeric_first(item[0]))  # d_k 16, 32, ..., 256, not 128, 16, 256, ...
     if "attention" not in table:
         notes.append("pareto.png is not drawn: the score function (attention) is not swept.")
     elif not ("train_tok_s" in table and table["train_tok_s"].notna().any()):
@@ -1113,43 +1071,31 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
                       f"lower end >= {THRESHOLD}; *below from* Q: the smallest load whose upper end is < {THRESHOLD}; "
                       "the crossing lies between them (attnbench.analysis.capacity).", "",
                       render_capacity(with_head_dim(table, fixed))]
-    stopped = stopped_table(jobs, swept)
-    if stopped:
-        lines += ["## Runs stopped by the wall-time cap (unfinished)", "",
-                  "`trainer.max_time` ended these runs before their step budget: their accuracy is not a final one "
-                  "and is left out of the table above. Instead: the measured seconds per training step and the time "
-                  "the whole budget would take at that rate (planned steps / measured steps per second; training "
-                  "steps only, validation and test not counted).", "", stopped, ""]
-    disturbed = disturbed_table(jobs, swept)
-    if disturbed:
-        lines += ["## Runs left out of the throughput columns (disturbed)", "",
-                  f"The training or test thread of these runs ran on a CPU core for less than {MIN_CPU_SHARE:.0%} of "
-                  "the wall time of its measured steps (`train/cpu_share`, `test/cpu_share`): the process was paused "
-                  "or shared its core, so its wall-clock rates understate it. Their accuracy counts; their rates of "
-                  "that phase do not.", "", disturbed, ""]
-    resumed = resumed_table(jobs, swept)
-    if resumed:
-        lines += ["## Runs resumed mid-epoch (inexact)", "",
-                  "These runs were interrupted inside an epoch and resumed from a step checkpoint (`metrics.json`: "
-                  "`resume`, `exact: false`). The data loader cannot skip ahead, so the resumed epoch took its first "
-                  "batches again (replayed: seen twice) and never showed its last ones (unseen); from the next epoch "
-                  "on the batches are the uninterrupted run's. Their figures count in the tables above; they are not "
-                  "bit-identical to an uninterrupted run's. `n_inexact_resume` in report.csv counts them per variant.",
-                  "", resumed, ""]
-    problems = jobs[jobs["status"] != STATUS_OK]
-    if len(problems):
-        headers = ["job", *swept, "status", "last step", "error"]
-        lines += ["## Failed, incomplete or missing jobs", "", "| " + " | ".join(headers) + " |",
-                  "|" + "---|" * len(headers)]
-        for _, r in problems.iterrows():
-            cells = [str(r.get("job"))] + [str(r.get(k)) for k in swept]
-            step = r.get("last_step")
-            step = "–" if step is None or (isinstance(step, float) and math.isnan(step)) else str(int(step))
-            error = r.get("error")
-            error = str(error).replace("|", "\\|") if isinstance(error, str) else "–"
-            cells += [str(r["status"]), step, error]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+    problems = _jobs_table(jobs[jobs["status"] != STATUS_OK], swept, ["status", "last step", "error"], lambda r: [
+        str(r["status"]), "–" if pd.isna(r.get("last_step")) else str(int(r["last_step"])),
+        str(r["error"]).replace("|", "\\|") if isinstance(r.get("error"), str) else "–"])
+    for title, intro, body in (
+        ("Runs stopped by the wall-time cap (unfinished)",
+         "`trainer.max_time` ended these runs before their step budget: their accuracy is not a final one "
+         "and is left out of the table above. Instead: the measured seconds per training step and the time "
+         "the whole budget would take at that rate (planned steps / measured steps per second; training "
+         "steps only, validation and test not counted).", stopped_table(jobs, swept)),
+        ("Runs left out of the throughput columns (disturbed)",
+         f"The training or test thread of these runs ran on a CPU core for less than {MIN_CPU_SHARE:.0%} of "
+         "the wall time of its measured steps (`train/cpu_share`, `test/cpu_share`): the process was paused "
+         "or shared its core, so its wall-clock rates understate it. Their accuracy counts; their rates of "
+         "that phase do not.", disturbed_table(jobs, swept)),
+        ("Runs resumed mid-epoch (inexact)",
+         "These runs were interrupted inside an epoch and resumed from a step checkpoint (`metrics.json`: "
+         "`resume`, `exact: false`). The data loader cannot skip ahead, so the resumed epoch took its first "
+         "batches again (replayed: seen twice) and never showed its last ones (unseen); from the next epoch "
+         "on the batches are the uninterrupted run's. Their figures count in the tables above; they are not "
+         "bit-identical to an uninterrupted run's. `n_inexact_resume` in report.csv counts them per variant.",
+         resumed_table(jobs, swept)),
+        ("Failed, incomplete or missing jobs", "", problems),
+    ):
+        if body:
+            lines += [f"## {title}", "", *([intro, ""] if intro else []), body, ""]
     lines += ["## Settings", "", fixed_text(fixed), ""]
     notes: list[str] = []
     plots = (plot_all(with_disturbed_rates(table, jobs, variant_keys), variant_keys, out, fixed, baseline, notes)

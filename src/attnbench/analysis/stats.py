@@ -153,21 +153,17 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     itself; NaN without a pair; a replicate paired on two hosts gives the median of its two), and
     ``<column>_ratio_n``, the number of replicates with a pair.
 
-    The three rates are the **median** over the variant's replicates (each replicate the median of its runs, so
-    that a seed run twice counts once), not the mean: a wall-clock rate only ever errs low (a pause or a shared
-    core stretches the same work), and one such run of five moved a mean by 10% here.
-    Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below :data:`MIN_CPU_SHARE` are
-    left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left out of any rate. A
-    variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of two medians
-    compares runs made at different times: ``attnbench reproduce`` runs one seed's score functions one after another,
-    and the same jobs can run at 8,000-9,000 training tokens/s in one session and 12,000 in the next on one
-    machine with a ``cpu_share`` of 0.96-0.98 (so the rule flags none of them), enough to put the median of
-    ``general`` (an extra matrix multiply) at 1.24x ``scaled_dot``'s. A pair is of two
-    undisturbed runs measured on one host: the same machine in one boot (``train_host`` for the training rates,
-    ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction continued on another machine, or a
-    resumed run's steps measured on two or on an unknown one, pair with nothing: :func:`_host_label`). Runs that
-    record no host pair with each other by seed alone, with no check that they ran on one machine. The other
-    columns are means over the replicates, each replicate the mean of its runs
+    The three rates are the **median** over the variant's replicates (each replicate the median of its runs, so that
+    a seed run twice counts once), not the mean: a wall-clock rate only ever errs low (a pause or a shared core
+    stretches the same work). Runs whose ``train/cpu_share`` (``test/cpu_share`` for ``test_tok_s``) is below
+    :data:`MIN_CPU_SHARE` are left out of them first (:func:`disturbed_runs`); ``n_disturbed`` counts the runs left
+    out of any rate. A variant whose every run was disturbed has NaN rates. The ratios pair runs because a ratio of
+    two medians compares runs made at different times, on a machine whose speed can change between sessions with no
+    sign in ``cpu_share``. A pair is of two undisturbed runs measured on one host: the same machine in one boot
+    (``train_host`` for the training rates, ``test_host`` for the test rate, :data:`HOST_OF_RATE`; a reproduction
+    continued on another machine, or a resumed run's steps measured on two or on an unknown one, pair with nothing:
+    :func:`_host_label`). Runs that record no host pair with each other by seed alone, with no check that they ran
+    on one machine. The other columns are means over the replicates, each replicate the mean of its runs
     (:func:`_over_replicates`: a seed run twice, such as a baseline twin, counts once, as in the accuracy).
     ``n_inexact_resume`` counts the variant's finished runs resumed inexactly (:func:`inexact_resumes`: mid-epoch,
     some batches of one epoch replayed and as many unseen); their figures count, the report lists them.
@@ -563,9 +559,7 @@ def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_d
         return pd.DataFrame(columns=columns)
     rows = []
     for _, r in table[table["attention"] == control].iterrows():
-        base = table[table["attention"] == baseline]
-        for k in setting_keys:
-            base = base[base[k].isna()] if pd.isna(r[k]) else base[base[k] == r[k]]
+        base = _baseline_runs(table, r, setting_keys, baseline)  # the baseline's row of this setting
         if base.empty or not r["diff_n"] > 0:  # NaN diff_n: no replicate of the baseline pairs with it
             continue
         gap, half, n = -float(r["diff_mean"]), float(r["diff_ci"]), int(r["diff_n"])

@@ -74,41 +74,35 @@ NOT_GENERATED = {
 }
 
 
-def _fmt_ratio(value: float, digits: int = 2) -> str:
-    return f"{value:.{digits}f}"
+def md_table(headers: list[str], rows: Iterable[Iterable[str]]) -> str:
+    """A Markdown table of ``headers`` and ``rows`` (cells as text), without a trailing newline."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
 
 
-def _fmt_num(value: float) -> str:
-    """104 -> '104', 22.1 -> '22.1' (as the measurement was written down)."""
-    return f"{value:g}"
-
-
-def _signed(value: float) -> str:
-    return ("+" if value > 0 else "−" if value < 0 else "±") + f"{abs(value):.4f}"
+def _sign(value: float, digits: int = 4) -> str:
+    return ("+" if value > 0 else "−" if value < 0 else "±") + f"{abs(value):.{digits}f}"
 
 
 def render_batching_accuracy(data: dict) -> str:
     """Test accuracy of the two batching modes per seed, the paired difference (length_grouped − random), and its
     mean with the 95% Student-t interval over the seeds (scipy, as the report computes it); a last row gives the
     same mean and interval for the best validation accuracy (``val/acc_best``)."""
-    from scipy import stats
+    from attnbench.analysis.stats import mean_ci
 
     def paired(metric: str) -> tuple[dict, list[int], str]:
         acc = {(r["batching"], r["seed"]): r[metric] for r in data["runs"]}
         seeds = sorted({seed for _, seed in acc})
-        diffs = [acc["length_grouped", s] - acc["random", s] for s in seeds]
-        n = len(diffs)
-        mean = sum(diffs) / n
-        half = stats.t.ppf(0.975, n - 1) * stats.tstd(diffs) / n ** 0.5 if n > 1 else float("nan")
+        mean, _, half, n = mean_ci(acc["length_grouped", s] - acc["random", s] for s in seeds)
         return acc, seeds, (f"{sum(acc['random', s] for s in seeds) / n:.4f} | "
-                            f"{sum(acc['length_grouped', s] for s in seeds) / n:.4f} | {_signed(mean)} "
-                            f"[{_signed(mean - half)}, {_signed(mean + half)}]")
+                            f"{sum(acc['length_grouped', s] for s in seeds) / n:.4f} | {_sign(mean)} "
+                            f"[{_sign(mean - half)}, {_sign(mean + half)}]")
 
     acc, seeds, test_mean = paired("test/acc")
     lines = ["| seed | `random` | `length_grouped` | difference |", "|---|---|---|---|"]
     for seed in seeds:
         lines.append(f"| {seed} | {acc['random', seed]:.4f} | {acc['length_grouped', seed]:.4f} | "
-                     f"{_signed(acc['length_grouped', seed] - acc['random', seed])} |")
+                     f"{_sign(acc['length_grouped', seed] - acc['random', seed])} |")
     lines.append(f"| mean (95% t interval, n = {len(seeds)}) | {test_mean} |")
     lines.append(f"| `val/acc_best`: mean (95% t interval) | {paired('val/acc_best')[2]} |")
     return "\n".join(lines) + "\n"
@@ -189,10 +183,6 @@ def _by_setting(rows: list[dict[str, str]], key: str | None) -> dict[str, dict[s
 
     ordered = sorted(table, key=setting_order) if all(setting_order(v)[0] == 0 for v in table) else list(table)
     return {s: {name: table[s][name] for name in attention_order(table[s])} for s in ordered}
-
-
-def _sign(value: float, digits: int = 4) -> str:
-    return ("+" if value > 0 else "−" if value < 0 else "±") + f"{abs(value):.{digits}f}"
 
 
 def _acc(row: dict[str, str]) -> tuple[str, str]:
@@ -561,7 +551,7 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
 
     def interval(values: list[float]) -> str:
         mean, _, half, _ = mean_ci(values)
-        return f"{_signed(mean)} [{_signed(mean - half)}, {_signed(mean + half)}]"
+        return f"{_sign(mean)} [{_sign(mean - half)}, {_sign(mean + half)}]"
 
     def delta(acc: dict[str, dict[str, str]], data: str, jobs: list[str]) -> str:
         base = {seed[j]: float(acc[j]["test/acc"]) for j in cells.get((data, BASELINE), [])}
@@ -1008,21 +998,20 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     if source not in RENDERERS:
         raise KeyError(f"no renderer for generated table source {source!r}; known: "
                        f"{sorted(RENDERERS) + sorted(CONFIG_RENDERERS)}")
-    text = (root / source).read_text(encoding="utf-8")
+    def csv_rows(path: str) -> list[dict[str, str]]:
+        return list(csv.DictReader(io.StringIO((root / path).read_text(encoding="utf-8"))))
+
     if source in COMPARED_WITH:
-        other = (root / COMPARED_WITH[source]).read_text(encoding="utf-8")
         try:
-            return RENDERERS[source](list(csv.DictReader(io.StringIO(text))),
-                                     list(csv.DictReader(io.StringIO(other))))
+            return RENDERERS[source](csv_rows(source), csv_rows(COMPARED_WITH[source]))
         except ValueError as err:
             raise ValueError(f"{source} against {COMPARED_WITH[source]}: {err}") from None
     if source.endswith(".csv"):
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = csv_rows(source)
         stage = Path(source).stem
         if stage in STAGE_SETTING:
-            jobs = root / (source[:-len(".csv")] + "_jobs.csv")
-            jobs_rows = list(csv.DictReader(io.StringIO(jobs.read_text(encoding="utf-8")))) if jobs.is_file() \
-                else None
+            jobs = source[:-len(".csv")] + "_jobs.csv"
+            jobs_rows = csv_rows(jobs) if (root / jobs).is_file() else None
             keys = STAGE_SETTING[stage]
             for key in (keys,) if isinstance(keys, str) else keys:
                 rows = fill_fixed_setting(rows, jobs_rows, key, source)
@@ -1030,7 +1019,7 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
             return RENDERERS[source](rows)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-    return RENDERERS[source](json.loads(text))
+    return RENDERERS[source](json.loads((root / source).read_text(encoding="utf-8")))
 
 
 def regenerate(text: str, root: Path = REPO_ROOT) -> str:

@@ -32,24 +32,17 @@ checkpoint) is started again. Before the first job the data of every job still t
 (Ctrl-C) at any time and run
 the same command again. A failed job is logged and the others go on; the exit status is 1 if any failed.
 
-At the end: ``attnbench report`` for each stage (``<out>/<stage>/report/``: report.md, report.csv, plots) of
-every run in ``<out>/<stage>`` (not only the part this command ran), and with ``--publish``: that report's
-tables (``<stage>.csv``, and ``<stage>_jobs.csv`` with one row per run), figures and the stage's job records
-in ``manifest.json`` (merged: other stages' records are kept) go to ``docs/results/<device>/`` and the
-generated README/docs tables are rewritten (``attnbench tables``), all or nothing: the files are
-staged and the tables rendered from them first; a failed report or a table that does not render changes
-nothing, prints one message and makes the exit status 1 (:func:`publish`). ``--report-only`` runs no job:
-only the reports (and ``--publish``) of the stages given. Every job's log is ``<out>/<stage>/logs/<run
-name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its wall time and its status.
+At the end: ``attnbench report`` for each stage (``<out>/<stage>/report/``) of every run in ``<out>/<stage>``
+(not only the part this command ran), and with ``--publish`` its tables, figures and run records go to
+``docs/results/<device>/`` and the generated README/docs tables are rewritten, all or nothing (:func:`publish`).
+``--report-only`` runs no job: only the reports (and ``--publish``) of the stages given. Every job's log is
+``<out>/<stage>/logs/<run name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its
+wall time and its status.
 
-The plan's columns add up: ``jobs`` = ``done`` (skipped) + ``resume`` (from its newest checkpoint) + ``start``.
-
-Expected duration: per job, the median wall time of the finished jobs of the same stage, score function,
-setting and ``--set`` overrides in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (its
-``seconds`` were measured as whole jobs, its ``estimated`` were not: its ``notes`` say how they were derived),
-else unknown (said so). A job with ``--set`` overrides that no finished job shares is estimated at the stage's
-own budget, and the plan says so (a ``--set trainer.max_steps=150`` part may take far less). ``--write-estimates``
-rewrites that file from ``<out>`` (jobs of the stages' own budgets only).
+The plan (:func:`print_plan`) gives each stage's jobs and the expected duration: per job, the median wall time of
+finished jobs like it in ``<out>``, else ``docs/results/reproduce_seconds_<device>.json`` (:func:`estimates`,
+:func:`job_estimate`), else unknown (said so). ``--write-estimates`` rewrites that file from ``<out>`` (jobs of the
+stages' own budgets only).
 """
 
 from __future__ import annotations
@@ -218,10 +211,8 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
 def data_problems(jobs: list[Job]) -> list[str]:
     """Whether the data of every job still to run can be loaded, checked once per distinct ``data`` config before
     any job starts (:func:`attnbench.data.sources.preflight`: its files, else one probe of the Hugging Face Hub,
-    else the packaged copy; no row is read). A full reproduction runs hours of SST-2 and TREC jobs before its
-    first IMDB job, which, with no local mirror and no Hub, failed only then. Returns one message per dataset
-    that cannot be loaded (naming how many jobs of which stages need it, and what to change), and prints where
-    each of the others comes from."""
+    else the packaged copy; no row is read). Returns one message per dataset that cannot be loaded (naming how
+    many jobs of which stages need it, and what to change), and prints where each of the others comes from."""
     from attnbench.data.sources import preflight
     from attnbench.errors import AttnbenchError
 
@@ -290,11 +281,11 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
     twins.
 
     The report pairs a run's rates only with its seed's baseline run measured on the same host
-    (:func:`attnbench.analysis.stats.summarise`: ``train_host``, ``test_host``), since one machine ran the same
-    jobs 40% faster than another. A reproduction continued on another machine would leave its new runs without
-    a pair; the twin runs the baseline job again here, into ``<baseline run dir>-on-<host>`` (:func:`host_tag`),
-    as a repeat of the same seed (the report counts a seed once: ``n_repeats``). A twin already done here is not
-    run again; a baseline job still to run needs none (it runs here too), nor one whose record has no rate.
+    (:func:`attnbench.analysis.stats.summarise`: ``train_host``, ``test_host``). A reproduction continued on another
+    machine would leave its new runs without a pair; the twin runs the baseline job again here, into ``<baseline run
+    dir>-on-<host>`` (:func:`host_tag`), as a repeat of the same seed (the report counts a seed once:
+    ``n_repeats``). A twin already done here is not run again; a baseline job still to run needs none (it runs here
+    too), nor one whose record has no rate.
 
     Args:
         jobs: the plan (:func:`plan`), in order.
@@ -541,9 +532,7 @@ def run_job(job: Job, device: str, manifest: dict, out: Path, commit: str, cpus:
         entry.setdefault("commits", [])
         if commit not in entry["commits"]:
             entry["commits"].append(commit)
-    env = None
-    if cpus is not None:
-        env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
+    env = None if cpus is None else {**os.environ, "OMP_NUM_THREADS": str(len(cpus))}
     start = time.monotonic()
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} commit {commit}"

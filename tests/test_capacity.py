@@ -95,3 +95,15 @@ def test_a_report_of_one_head_dim_names_it_from_the_fixed_settings(tmp_path):
     markdown = report.build_report(jobs, ["data.num_pairs", "attention", "seed"], "hand", tmp_path,
                                    fixed={"model.head_dim": "64"})
     assert "| d_k = 64 | 8 pairs |" in markdown and "holds to 32 (the largest load tested) |" in markdown
+
+
+def test_a_partly_finished_stage_names_the_cells_with_fewer_seeds():
+    """A cell with fewer seeds than the others (a capacity stage still running) says how many it has."""
+    jobs = _jobs()
+    jobs = jobs[~((jobs["model.head_dim"] == 8) & (jobs["attention"] == "uniform") & (jobs["data.num_pairs"] == 32)
+                  & (jobs["seed"] > 0))]
+    jobs = jobs[~((jobs["model.head_dim"] == 8) & (jobs["attention"] == "uniform") & (jobs["data.num_pairs"] == 24)
+                  & (jobs["seed"] == 2))]
+    text = render_capacity(report.summarise(jobs, ["data.num_pairs", "model.head_dim", "attention", "seed"]))
+    d8_uniform = next(line for line in text.split("| d_k = 64")[0].splitlines() if line.startswith("| `uniform`"))
+    assert "(1 seed)" in d8_uniform and "(2 seeds)" in d8_uniform

@@ -116,7 +116,7 @@ def render_capacity(table: pd.DataFrame) -> str:
                     continue
                 p = at.iloc[0]
                 cell = f"{p['mean']:.3f}" + ("" if math.isnan(p["lo"]) else f" [{p['lo']:.3f}, {p['hi']:.3f}]")
-                cells.append(cell + (f" ({int(p['n'])} seed{'s' * (p['n'] > 1)})" if p["n"] < most else ""))
+                cells.append(cell + (f" ({int(p['n'])} seed{'s' * int(p['n'] > 1)})" if p["n"] < most else ""))
             rows.append([f"`{name}`", *cells, _bracket(points)])
         lines += [md_table([f"d_k = {dk if dk is not None else 'one value'}", *(f"{load} pairs" for load in loads),
                             f"falls below {THRESHOLD:.0%}"], rows), ""]

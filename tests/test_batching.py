@@ -24,8 +24,7 @@ from attnbench.data import (
 )
 from attnbench.models.module import TextClassifierModule
 
-SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
-            train_split="train", test_split="validation")
+from .conftest import SST2
 
 
 def _toy(n: int = 1000, seed: int = 3) -> TokenizedSplit:

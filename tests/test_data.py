@@ -10,8 +10,7 @@ import pytest
 import attnbench.data as data_mod
 from attnbench.data import DataUnavailableError, PadCollator, TextClassificationDataModule
 
-SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
-            train_split="train", test_split="validation")
+from .conftest import SST2
 
 
 def test_sst2_row_counts_labels_and_disjoint_validation(sst2):

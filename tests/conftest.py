@@ -126,6 +126,26 @@ def generated_mirror(tmp_path_factory, data_dir) -> Path:
     return root
 
 
+#: SST-2 as the data tests prepare it (``split="validation"`` is the test set)
+SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
+            train_split="train", test_split="validation")
+
+
+@pytest.fixture(scope="session")
+def sst2(data_dir, tmp_path_factory):
+    """``data_dir``'s whole SST-2 prepared once for the session at ``max_length=64`` in a fresh cache:
+    ``(data module, cache folder)``. The build (67,349 rows carved and tokenized) is a cache miss; other modules of
+    the same data and ``max_length`` read the same entry, since sample caps and the batching mode are applied when
+    reading and are not part of the cache key (:meth:`TextClassificationDataModule._cache_spec`)."""
+    from attnbench.data import TextClassificationDataModule
+
+    cache = tmp_path_factory.mktemp("sst2-cache")
+    dm = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=64)
+    dm.prepare_data()
+    dm.setup()
+    return dm, cache
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One tokenizer/tokenized-split cache for the tests that train through `train.py` (built once)."""

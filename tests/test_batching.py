@@ -24,8 +24,7 @@ from attnbench.data import (
 )
 from attnbench.models.module import TextClassifierModule
 
-SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
-            train_split="train", test_split="validation")
+from .conftest import SST2
 
 
 def _toy(n: int = 1000, seed: int = 3) -> TokenizedSplit:
@@ -149,8 +148,8 @@ def test_bad_batching_config_names_the_key():
 
 
 @pytest.fixture(scope="module")
-def sst2_modules(data_dir, tmp_path_factory):
-    cache = str(tmp_path_factory.mktemp("cache"))
+def sst2_modules(data_dir, sst2):
+    cache = str(sst2[1])  # the session's SST-2 entry (conftest.py): read, not carved and tokenized again
     out = {}
     for mode in ("random", "length_grouped"):
         dm = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=cache, max_length=64,

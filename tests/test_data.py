@@ -10,17 +10,7 @@ import pytest
 import attnbench.data as data_mod
 from attnbench.data import DataUnavailableError, PadCollator, TextClassificationDataModule
 
-SST2 = dict(name="sst2", hub_id="stanfordnlp/sst2", text_column="sentence", label_column="label",
-            train_split="train", test_split="validation")
-
-
-@pytest.fixture(scope="module")
-def sst2(data_dir, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    dm = TextClassificationDataModule(**SST2, local_dir=str(data_dir), cache_dir=str(cache), max_length=64)
-    dm.prepare_data()
-    dm.setup()
-    return dm, cache
+from .conftest import SST2
 
 
 def test_sst2_row_counts_labels_and_disjoint_validation(sst2):

@@ -334,7 +334,8 @@ TINY = ["model=tiny", "data=trec", "data.max_train_samples=64", "data.max_eval_s
         "trainer.enable_progress_bar=false"]
 
 
-@pytest.mark.parametrize("chdir", [False, pytest.param(True, marks=pytest.mark.slow)])  # 18 s each; CI's slow step
+@pytest.mark.slow  # two train.py processes per case (a run, then its resume by a relative checkpoint path)
+@pytest.mark.parametrize("chdir", [False, True])
 def test_relative_paths_resolve_against_the_launch_dir(data_dir, tmp_path, chdir):
     """Before: under hydra.job.chdir=true a relative data.local_dir was looked for inside the run dir and failed."""
     (tmp_path / "mydata").symlink_to(data_dir, target_is_directory=True)

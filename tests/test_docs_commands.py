@@ -362,7 +362,14 @@ def hydra_configs():
 _COMPOSED: set[tuple[str, ...]] = set()  # a job documented twice (a command repeated on another page) composes once
 
 
-@pytest.mark.parametrize("command", TRAIN, ids=[c.where for c in TRAIN])
+def _composes_many_jobs(command: DocCommand) -> bool:
+    """A published experiment's sweep or a ``range(...)`` sweep: 5 to 10 jobs to compose (seconds each on a CPU).
+    CI's slow step composes them; the experiments' jobs compose by default in tests/test_config_presets.py."""
+    return command.multirun and any(a.startswith("experiment=") or "range(" in a for a in command.argv)
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.slow) if _composes_many_jobs(c) else c
+                                     for c in TRAIN], ids=[c.where for c in TRAIN])
 def test_train_command_composes(hydra_configs, command):
     """The command's jobs compose (groups, options and keys exist; types and ranges hold; every value of every
     swept key at least once) and their choices are the ones the command asked for."""

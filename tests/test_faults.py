@@ -538,6 +538,7 @@ def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
     return _files(folder), sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_dir())
 
 
+@pytest.mark.slow  # a sweep and two refused sweeps, each a train.py -m process; the single run's case above is default
 def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy, tmp_path):
     """A sweep resumed into a finished sweep dir (`-m ... ckpt_path=last hydra.sweep.dir=<sweep>`) whose jobs
     are all refused before training (each job dir holds a finished run), with either job_logging, ends with the

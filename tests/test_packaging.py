@@ -78,6 +78,7 @@ def test_the_wheel_carries_the_cpu_kernel_source(wheel):
         assert "attnbench/attention/cpu_kernels.py" in z.namelist()
 
 
+@pytest.mark.slow
 def test_the_wheel_declares_the_attnbench_command(wheel):
     """``pip install .`` gives ``attnbench`` (every subcommand) beside ``attnbench-train``."""
     with zipfile.ZipFile(wheel) as z:
@@ -87,6 +88,7 @@ def test_the_wheel_declares_the_attnbench_command(wheel):
     assert "attnbench-train = attnbench.run.cli:main" in entry_points
 
 
+@pytest.mark.slow
 def test_an_installed_attnbench_runs_its_subcommands_from_any_directory(wheel, tmp_path):
     """Installed (not editable) and run from an unrelated directory: ``attnbench --help`` lists every subcommand
     without importing torch, each subcommand answers its own ``--help``, and ``tables`` outside a checkout says

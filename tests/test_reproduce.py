@@ -996,6 +996,7 @@ def _scratch_score_function(root: Path) -> str:
     return f"hydra.searchpath=[file://{root / 'conf'}]"
 
 
+@pytest.mark.slow  # Hydra composes each of ~70 jobs of three plans; the dry run below shows the compare plan by default
 def test_a_new_score_function_joins_every_stage_that_sweeps_all_of_them(tmp_path):
     """One module plus one YAML outside the package, added by ``hydra.searchpath``, and no other edit: the
     ``compare`` plan has its jobs for every seed and dataset, beside every packaged score function's, and the

@@ -423,6 +423,8 @@ def test_model_presets_count_the_parameters_of_the_documented_sizes():
     assert _cells(table, "`small`")[-2] == "265,474"
 
 
+@pytest.mark.slow  # renders the config tables four times (Hydra composes every option of every group each time);
+# tests/test_readme_tables.py checks the repository's generated blocks by default
 def test_config_tables_follow_the_config_and_check_fails_when_it_changes(tmp_path, capsys):
     """The defaults tables are rendered from the composed config: a preset's changed value and a new score
     function's YAML (with its own option) change the generated tables, so ``--check`` fails until they are

@@ -149,3 +149,18 @@ def test_a_setting_some_runs_lack_still_pairs():
     assert sst2_dot.diff_mean == pytest.approx(sum(diffs) / 3)
     trec_dot = table[(table["attention"] == "dot") & (table["data"] == "trec")].iloc[0]
     assert math.isnan(trec_dot.diff_mean)
+
+
+@pytest.mark.parametrize("damage", [lambda t: t[:40], lambda t: "", lambda t: "[1, 2]"])
+def test_a_damaged_metrics_file_is_named_and_its_job_listed_as_failed(multirun, tmp_path, capsys, damage):
+    """A truncated, empty or non-object metrics.json: the report names the file in one warning, lists the job as
+    failed with that message, and reports the other runs."""
+    metrics = next(multirun.glob("1_*/metrics.json"))
+    metrics.write_text(damage(metrics.read_text()))
+    assert report.main([str(multirun), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert f"Warning: {metrics} is damaged (" in err and "Traceback" not in err
+    jobs = pd.read_csv(tmp_path / "r" / "jobs.csv")
+    row = jobs[jobs["job"] == metrics.parent.name].iloc[0]
+    assert row["status"] == "failed" and str(metrics) in row["error"] and "re-run the job" in row["error"]
+    assert (jobs["status"] == "finished").sum() == 6

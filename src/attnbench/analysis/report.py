@@ -275,8 +275,9 @@ def run_settings(job_dir: Path) -> tuple[dict[str, str], list[str]]:
 def read_job(job_dir: Path) -> dict[str, Any]:
     """One job's record: ``job``, ``dir``, ``status``, its settings (:func:`run_settings`), and its metrics.
 
-    ``status`` is ``finished`` when ``metrics.json`` exists; otherwise
-    ``failed`` when its ``failure.json`` says so (the error in ``error``) or, for a run without one, ``train.log``
+    ``status`` is ``finished`` when ``metrics.json`` exists and reads as a JSON object; otherwise
+    ``failed`` when ``metrics.json`` is damaged (the error names it, and a warning on stderr), when its
+    ``failure.json`` says so (the error in ``error``) or, for a run without one, ``train.log``
     has an ERROR line; ``incomplete`` otherwise (interrupted: Ctrl-C, SIGTERM; killed; or still running); both carry
     ``last_step``, the last step in the CSV log. Every job with a CSV log carries its validation history
     (``val/epochs_validated``, ``val/loss_lowest_epoch``, ``val/last_epoch``: :func:`_val_history`); a resumed run
@@ -291,8 +292,16 @@ def read_job(job_dir: Path) -> dict[str, Any]:
         record["_batch_size"] = (config.get("data") or {}).get("batch_size")
     metrics_file = job_dir / "metrics.json"
     record.update(_val_history(job_dir))
+    metrics, damaged = None, None
     if metrics_file.is_file():
-        metrics = json.loads(metrics_file.read_text())
+        try:
+            metrics = json.loads(metrics_file.read_text())
+            if not isinstance(metrics, dict):
+                raise ValueError(f"a JSON {type(metrics).__name__}, not an object")
+        except (OSError, ValueError) as err:  # truncated, not JSON, unreadable: listed as failed, named
+            metrics, damaged = None, f"{metrics_file} is damaged ({err}); restore it or re-run the job"
+            print(f"Warning: {damaged}", file=sys.stderr)
+    if metrics is not None:
         record.update(resume_record(metrics.pop("resume", None)))  # counts, not a dict's text, in jobs.csv
         for key in ("attention", "data", "seed"):  # a run dir without .hydra/: what metrics.json says, as text
             if key not in settings and metrics.get(key) is not None:
@@ -307,6 +316,7 @@ def read_job(job_dir: Path) -> dict[str, Any]:
                 else None
         else:  # a run from before failure.json: its log's last ERROR line
             record["error"] = _last_error(job_dir)
+        record["error"] = damaged or record["error"]
         record["status"] = STATUS_FAILED if record["error"] else STATUS_INCOMPLETE
         record["last_step"] = _last_csv_step(job_dir)
     record.update(settings)

@@ -516,7 +516,7 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (stopped, ["optim.lr=-1"], "holds a run with other settings than this command's (1 differ: optim.lr: "),
         (stopped, ["optim.lr=-1", "hydra.output_subdir=null"], "optim.lr must be a number > 0, got -1"),
         (stopped, ["optim.lr=-1", "hydra/job_logging=default", "hydra.job.chdir=true"], "optim.lr: "),
-        (stopped, ["seed=7"], "(1 differ: seed: 0 -> 7); a resumed run keeps its settings"),
+        (stopped, ["seed=7"], "(1 differ: seed: 0 -> 7); a resumed run keeps its seed, model, attention, data"),
         (stopped, ["model=small"], "holds a run with other settings than this command's"),
         (stopped, ["model=small", "hydra.output_subdir=null"], "holds the weights of another model than this run"),
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
@@ -662,8 +662,8 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
 
 def test_a_resume_keeps_the_settings_of_the_run_it_continues(tmp_path):
     """`ckpt_path=last hydra.run.dir=<run>` with other settings than the run's saved .hydra/config.yaml is refused
-    before Hydra writes, naming each differing key; the length of training, the loader's workers, the logger and
-    the tags may change."""
+    before Hydra writes, naming each differing key of seed, model, attention, data and optim; the length of
+    training, the trainer, callbacks, logger, tags and the loader's workers may change."""
     from omegaconf import OmegaConf
 
     from attnbench.errors import ConfigError
@@ -681,10 +681,14 @@ def test_a_resume_keeps_the_settings_of_the_run_it_continues(tmp_path):
         return cfg
 
     check_same_run(command(ckpt_path="last", trainer={"max_steps": 50}, data={"num_workers": 2},
-                           logger={"_target_": "wandb", "offline": True}, tags=["x"]), run)
+                           logger={"_target_": "wandb", "offline": True}, tags=["x"],
+                           callbacks={"kill": {"epoch": 1}}), run)
     with pytest.raises(ConfigError, match=r"\(2 differ: data.max_length: 64 -> 32; seed: 0 -> 7\); a resumed run "
-                                          r"keeps its settings"):
+                                          r"keeps its seed, model, "
+                                          r"attention, data, optim settings"):
         check_same_run(command(ckpt_path="last", seed=7, data={"max_length": 32}), run)
+    with pytest.raises(ConfigError, match=r"\(1 differ: optim.lr: 0.001 -> 0.01\)"):
+        check_same_run(command(optim={"lr": 0.01}), run)
     check_same_run(command(seed=7), tmp_path / "elsewhere")  # no saved config: nothing to compare
     unsaved = command(seed=7)
     unsaved.hydra.output_subdir = None

@@ -234,17 +234,19 @@ def _sweep_overrides(overrides: Any) -> list[str]:
                   if str(o).split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "launcher"))
 
 
-#: the settings a resumed run may change: where it resumes from, how long it trains, how batches are loaded
-#: (the resume restores the loader's position whatever its workers) and where it logs
-RESUME_MAY_CHANGE = ("ckpt_path", "trainer.max_steps", "trainer.max_epochs", "trainer.max_time", "data.num_workers",
-                     "logger", "tags")
+#: the settings that define a run (what it trains, on what, how it is optimised): a resumed run keeps them; the
+#: rest (training length, trainer, callbacks, logger) may change, and so may the loader's workers (the resume
+#: restores the loader's position whatever their number)
+RUN_DEFINING = ("seed", "model", "attention", "data", "optim")
+RESUME_MAY_CHANGE = ("data.num_workers",)
 
 
 def check_same_run(config: DictConfig, run_dir: Path) -> None:
     """Refuse to resume in ``run_dir`` a run with other settings than the one it holds (its
     ``<hydra.output_subdir>/config.yaml``, as Hydra saved it): the checkpoint's weights and the run's records would
-    then describe two different runs. Only the keys of :data:`RESUME_MAY_CHANGE` (and what lies below them) may
-    differ. Not checked: a command with ``hydra.output_subdir=null``, a dir without a saved config.
+    then describe two different runs. The keys under :data:`RUN_DEFINING` must be equal, those of
+    :data:`RESUME_MAY_CHANGE` aside; training length, trainer, callbacks and logger may change. Not checked: a
+    command with ``hydra.output_subdir=null``, a dir without a saved config.
 
     Raises:
         OutputDirTaken: (a ConfigError) naming up to five differing keys with both values, and what to change.
@@ -267,13 +269,17 @@ def check_same_run(config: DictConfig, run_dir: Path) -> None:
         return {prefix[:-1]: node}
 
     old, new = flat(before), flat(now)
-    differ = [k for k in sorted(old.keys() | new.keys()) if old.get(k, "<unset>") != new.get(k, "<unset>")
-              and not any(k == free or k.startswith(free + ".") for free in RESUME_MAY_CHANGE)]
+    def defining(key: str) -> bool:
+        return (any(key == top or key.startswith(top + ".") for top in RUN_DEFINING)
+                and not any(key == free or key.startswith(free + ".") for free in RESUME_MAY_CHANGE))
+
+    differ = [k for k in sorted(old.keys() | new.keys())
+              if defining(k) and old.get(k, "<unset>") != new.get(k, "<unset>")]
     if differ:
         shown = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in differ[:5])
         raise OutputDirTaken(f"{run_dir} holds a run with other settings than this command's ({len(differ)} differ: "
-                          f"{shown}); a resumed run keeps its settings (only {', '.join(RESUME_MAY_CHANGE)} may "
-                          "change). Resume with the run's own overrides (its .hydra/overrides.yaml), or start a new "
+                          f"{shown}); a resumed run keeps its {', '.join(RUN_DEFINING)} settings "
+                          "(data.num_workers aside). Resume with the run's own overrides (its .hydra/overrides.yaml), or start a new "
                           "run in another hydra.run.dir.")
 
 

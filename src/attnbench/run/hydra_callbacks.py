@@ -269,6 +269,7 @@ def check_same_run(config: DictConfig, run_dir: Path) -> None:
         return {prefix[:-1]: node}
 
     old, new = flat(before), flat(now)
+
     def defining(key: str) -> bool:
         return (any(key == top or key.startswith(top + ".") for top in RUN_DEFINING)
                 and not any(key == free or key.startswith(free + ".") for free in RESUME_MAY_CHANGE))
@@ -277,10 +278,10 @@ def check_same_run(config: DictConfig, run_dir: Path) -> None:
               if defining(k) and old.get(k, "<unset>") != new.get(k, "<unset>")]
     if differ:
         shown = "; ".join(f"{k}: {old.get(k, '<unset>')!r} -> {new.get(k, '<unset>')!r}" for k in differ[:5])
-        raise OutputDirTaken(f"{run_dir} holds a run with other settings than this command's ({len(differ)} differ: "
-                          f"{shown}); a resumed run keeps its {', '.join(RUN_DEFINING)} settings "
-                          "(data.num_workers aside). Resume with the run's own overrides (its .hydra/overrides.yaml), or start a new "
-                          "run in another hydra.run.dir.")
+        raise OutputDirTaken(f"{run_dir} holds a run with other settings than this command's ({len(differ)} "
+                             f"differ: {shown}); a resumed run keeps its {', '.join(RUN_DEFINING)} settings "
+                             "(data.num_workers aside). Resume with the run's own overrides (its "
+                             ".hydra/overrides.yaml), or start a new run in another hydra.run.dir.")
 
 
 def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:

@@ -65,6 +65,8 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
 @pytest.mark.parametrize("override, message", [
     ("model.d_model=0", "invalid config: model sizes must be >= 1, got {'d_model': 0}"),
     ("model.n_layers=-1", "invalid config: model sizes must be >= 1, got {'n_layers': -1}"),
+    ("model.head_dim=0", "invalid config: model sizes must be >= 1, got {'head_dim': 0}"),
+    ("data.tokenizer.vocab_size=0", "data.tokenizer.vocab_size must be an integer >= 1, got 0"),
     ("model.attn_dropout=-0.1", "invalid config: model.attn_dropout must be in [0, 1), got -0.1"),
     ("model.dropout=1.0", "invalid config: model.dropout must be in [0, 1), got 1.0"),
     ("model.pooling=avg", "invalid config: model.pooling must be one of mean, max, cls, last, got 'avg'"),

@@ -247,7 +247,7 @@ def check_model(model: Any) -> None:
         ConfigError: ``invalid config: ...`` naming the key.
     """
     m = _plain(model) or {}
-    sizes = {k: m[k] for k in ("d_model", "n_heads", "n_layers", "d_ff") if _number(m.get(k)) and m[k] < 1}
+    sizes = {k: m[k] for k in ("d_model", "n_heads", "n_layers", "d_ff", "head_dim") if _number(m.get(k)) and m[k] < 1}
     if sizes:
         raise ConfigError(f"invalid config: model sizes must be >= 1, got {sizes}; fix these in conf/model or on "
                           "the command line.")

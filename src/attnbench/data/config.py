@@ -124,6 +124,9 @@ class DataConfig:
         if self.tokenizer["kind"] not in TOKENIZER_KINDS:
             raise DataConfigError(f"data.tokenizer.kind must be 'wordpiece', 'byte_bpe', 'bytes' or 'word_level', "
                                   f"got {self.tokenizer['kind']!r}")
+        for key in ("vocab_size", "min_frequency"):  # the wordpiece, byte_bpe and word_level trainers' settings
+            if not _is_int(self.tokenizer[key]) or self.tokenizer[key] < 1:
+                raise DataConfigError(f"data.tokenizer.{key} must be an integer >= 1, got {self.tokenizer[key]!r}")
         if self.generator is not None:
             self._check_generator()
         for key in ("name", "text_column", "label_column", "train_split"):

@@ -6,7 +6,7 @@ The summary run has ``job_type="report"`` and joins the runs' project and group 
 the group's dashboard shows the comparison next to the runs. It logs ``report/variants`` (``report.csv``: one
 row per variant, as a ``wandb.Table``), ``report/jobs`` (``jobs.csv``'s status and headline metrics), every
 plot of the report as an image (``report/<name>``) and the attention-map figures (``attention_maps/<name>``).
-It runs online when credentials exist, offline otherwise (:func:`attnbench.wandb_mode.resolve_wandb_mode`);
+It runs online when credentials exist, offline otherwise (:func:`attnbench.run.loggers.resolve_wandb_mode`);
 an offline run is uploaded with ``wandb sync <run dir>``.
 """
 
@@ -35,7 +35,7 @@ def _one(jobs: pd.DataFrame, column: str) -> str | None:
 def summary_target(jobs: pd.DataFrame, project: str | None = None, group: str | None = None) -> dict[str, Any]:
     """Where the summary run goes: ``{"project", "entity", "group", "mode"}``, from the arguments, else the
     one value the runs share (project ``attnbench`` and no group when they share none)."""
-    from attnbench.run.wandb_mode import resolve_wandb_mode
+    from attnbench.run.loggers import resolve_wandb_mode
 
     entity = None
     if project and "/" in project:

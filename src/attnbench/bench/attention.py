@@ -54,7 +54,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from attnbench.attention import ScoreFunction, available, build_score_function
 from attnbench.experiments import code_commit
 from attnbench.run.outputs import write_text
-from attnbench.run.wandb_mode import resolve_wandb_mode
+from attnbench.run.loggers import resolve_wandb_mode, start_wandb
 
 BASELINE_SCORE = "sdpa_scaled_dot"
 BASELINE_PATH = "sdpa"
@@ -910,40 +910,31 @@ def log_to_wandb(rows: list[dict[str, Any]], pngs: list[Path], meta: dict[str, A
                  console: Any) -> None:
     """Log the rows as a ``wandb.Table`` and the plots as ``wandb.Image`` (project attnbench, job_type bench).
 
-    Online only with credentials (and ``WANDB_MODE`` not ``offline``/``disabled``),
-    otherwise offline into ``<out>/wandb``; never prompts. An online start that
-    fails falls back to offline; any other W&B failure only prints a warning.
+    Online only with credentials (and ``WANDB_MODE`` not ``offline``/``disabled``) and a reachable server,
+    otherwise offline into ``<out>/wandb``; never prompts (:func:`attnbench.run.loggers.start_wandb`). An online
+    start that fails falls back to offline; any other W&B failure only prints a warning.
     """
-    mode = resolve_wandb_mode("auto")
-    if mode == "disabled":
+    if resolve_wandb_mode("auto") == "disabled":
         console.print("W&B disabled (WANDB_MODE=disabled).", highlight=False)
         return
     try:
         import wandb
 
-        def start(run_mode: str) -> Any:
-            return wandb.init(
-                project="attnbench", job_type="bench", name=f"bench-{cfg.out.name}", dir=str(cfg.out),
-                mode=run_mode, config={**meta["config"], "hardware": meta["hardware"]},
-                settings=wandb.Settings(console="off", silent=True, init_timeout=60),
-            )
-
-        try:
-            run = start(mode)
-        except Exception as err:  # noqa: BLE001
-            if mode != "online":
-                raise
-            console.print(f"[yellow]warning: W&B could not start online ({err}); logging offline.[/]")
-            wandb.finish(exit_code=1)
-            mode, run = "offline", start("offline")
+        run = start_wandb(lambda run_mode: wandb.init(
+            project="attnbench", job_type="bench", name=f"bench-{cfg.out.name}", dir=str(cfg.out),
+            mode=run_mode, config={**meta["config"], "hardware": meta["hardware"]},
+            settings=wandb.Settings(console="off", silent=True, init_timeout=60),
+        ), "auto", cfg.out / "wandb", without=f"the results are in {cfg.out} only")
+        if run is None:
+            return
         table = wandb.Table(columns=list(CSV_COLUMNS),
                             data=[[row[c] for c in CSV_COLUMNS] for row in rows])
         run.log({"bench/results": table, **{f"bench/{p.stem}": wandb.Image(str(p)) for p in pngs}})
         run.summary["bench/notes"] = meta["notes"]
         run_dir = Path(run.dir).parent  # run.dir is the run's files/ folder
-        url = run.url if mode == "online" else None
+        url = run.url if run.settings.mode == "online" else None
         run.finish()
-        if mode == "offline":
+        if url is None:
             console.print(f"W&B offline run: {run_dir}  (upload: wandb sync {run_dir})", highlight=False)
         else:
             console.print(f"W&B run: {url}", highlight=False)

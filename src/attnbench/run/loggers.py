@@ -1,23 +1,26 @@
-"""The run's loggers: the W&B run (start, summary, finish) and the CSV log.
+"""The run's loggers: the W&B run (mode, start, summary, finish) and the CSV log.
 
-W&B never prompts and never stops training: online needs credentials and a reachable server, and without them
-the run starts offline at once (one warning saying why); a server that refuses the run (bad entity, project or
-key) also ends in an offline run; when W&B cannot start at all the run goes on with the CSV log and
-``metrics.json``. The mode itself is :func:`attnbench.run.wandb_mode.resolve_wandb_mode`.
+W&B never prompts and never stops training. ``wandb.init`` alone would do both: without credentials it asks
+for a key in a terminal (``UsageError`` without one); with an unreachable server it retries for
+``init_timeout`` seconds and raises ``CommError``, as it does for a run the server refuses (bad entity,
+project or key); it never falls back to offline. So :func:`start_wandb` goes online only with credentials and
+a reachable server, starts offline at once otherwise (one warning saying why), ends a failed online start in
+an offline run, and when W&B cannot start at all the run goes on with the CSV log and ``metrics.json``.
 """
 
 from __future__ import annotations
 
 import logging
+import netrc
+import os
 import socket
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
-from attnbench.run.wandb_mode import resolve_wandb_mode, wandb_base_url, wandb_credentials_available
-
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _one_line(err: BaseException | str | None) -> str:
@@ -26,9 +29,45 @@ def _one_line(err: BaseException | str | None) -> str:
     return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
+def wandb_base_url() -> str:
+    """The W&B server a run would use: ``WANDB_BASE_URL``, else the installed wandb's default."""
+    import wandb
+
+    return os.environ.get("WANDB_BASE_URL") or str(wandb.Settings().base_url)
+
+
+def wandb_credentials_available() -> bool:
+    """True when an API key is set (``WANDB_API_KEY``) or stored in ``~/.netrc`` (or ``NETRC``) for the W&B host
+    (:func:`wandb_base_url`)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(wandb_base_url()).hostname or "api.wandb.ai"
+    try:
+        path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+        return bool(Path(path).is_file() and netrc.netrc(path).authenticators(host))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    """``auto`` -> ``WANDB_MODE`` if set, else ``online`` with credentials, else ``offline``.
+
+    Raises:
+        ValueError: for a mode other than auto/online/offline/disabled.
+    """
+    if mode not in ("auto", "online", "offline", "disabled"):
+        raise ValueError(f"logger.wandb.mode must be auto, online, offline or disabled, got {mode!r}")
+    if mode != "auto":
+        return mode
+    env = os.environ.get("WANDB_MODE")
+    if env in ("online", "offline", "disabled", "dryrun"):
+        return "offline" if env == "dryrun" else env
+    return "online" if wandb_credentials_available() else "offline"
+
+
 def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the W&B server (:func:`~attnbench.run.wandb_mode.wandb_base_url`) cannot be reached, or ``None``: one
-    TCP connect of at most ``timeout`` seconds, so an offline machine does not wait ``init_timeout``."""
+    """Why the W&B server (:func:`wandb_base_url`) cannot be reached, or ``None``: one TCP connect of at most
+    ``timeout`` seconds, so an offline machine does not wait ``init_timeout``."""
     url = urlparse(wandb_base_url())
     host, port = url.hostname or "api.wandb.ai", url.port or (80 if url.scheme == "http" else 443)
     try:
@@ -38,11 +77,38 @@ def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
         return f"cannot reach {host}:{port} ({_one_line(err)})"
 
 
+def start_wandb(start: Callable[[str], T], mode: str, offline_dir: Path,
+                without: str = "logging to CSV and metrics.json only") -> T | None:
+    """``start(run_mode)``, a started W&B run (or its logger), for ``mode`` (:func:`resolve_wandb_mode`): online
+    only with credentials and a reachable server, else ``start("offline")``, as after an online start that
+    raised; a run that does not go online as asked warns once, saying why and that it logs to ``offline_dir``.
+    ``None`` for ``disabled``, or, with one warning ending in ``without``, when W&B cannot start at all."""
+    mode = resolve_wandb_mode(mode)
+    if mode == "disabled":
+        return None
+    reason = None
+    if mode == "online":
+        reason = ("no API key: set WANDB_API_KEY or run `wandb login`" if not wandb_credentials_available()
+                  else wandb_server_unreachable())
+    for attempt in ["offline"] if mode == "offline" or reason else ["online", "offline"]:
+        try:
+            started = start(attempt)
+        except Exception as err:  # noqa: BLE001 - W&B must never stop training
+            reason = err  # wandb.init sets wandb.run only once started: nothing to finish
+            continue
+        if attempt != mode:
+            warnings.warn(f"W&B could not start {mode} ({_one_line(reason)}); this run logs offline to "
+                          f"{offline_dir} — upload it later with `wandb sync`.", stacklevel=3)
+        return started
+    warnings.warn(f"W&B could not start ({_one_line(reason)}); {without}.", stacklevel=3)
+    return None
+
+
 def make_wandb_logger(save_dir: Path, name: str, run_config: dict[str, Any], project: str = "attnbench",
                       entity: str | None = None, group: str | None = None, tags: list[str] | None = None,
                       mode: str = "auto", init_timeout: float = 60.0, start: bool = True,
                       resume: dict[str, str] | None = None) -> Any:
-    """A started ``WandbLogger``, or ``None`` if W&B cannot start at all (warns once).
+    """A started ``WandbLogger`` (:func:`start_wandb`), or ``None`` if W&B cannot start at all (warns once).
 
     Args:
         save_dir: the job's output dir; runs go to ``save_dir/wandb/``.
@@ -65,39 +131,24 @@ def make_wandb_logger(save_dir: Path, name: str, run_config: dict[str, Any], pro
     common = dict(project=project, entity=entity, name=name, group=group, save_dir=str(save_dir))
     if not start:
         return _without_anonymous(WandbLogger(**common, mode=mode))
-    reason = None
-    if mode == "online":
-        reason = ("no API key: set WANDB_API_KEY or run `wandb login`" if not wandb_credentials_available()
-                          else wandb_server_unreachable())
-    attempts = ["offline"] if mode == "offline" or reason else ["online", "offline"]
-    for attempt in attempts:
+
+    def start_logger(attempt: str) -> Any:
         kwargs: dict[str, Any] = {}
+        config = run_config
         if resume and resume.get("id"):
             if attempt == "online" and resume.get("mode") == "online":
                 kwargs = {"id": resume["id"], "resume": "allow"}
             else:
-                run_config = {**run_config, "resumed_from": resume["id"]}
-        try:
-            logger = _without_anonymous(WandbLogger(
-                **common, tags=list(tags or []), mode=attempt, config=run_config,
-                settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True), **kwargs))
-            run = logger.experiment  # start now: a failure surfaces here, not mid-training
-        except Exception as err:  # noqa: BLE001 - W&B must never stop training
-            reason = err
-            try:
-                wandb.finish(exit_code=1)
-            except Exception as finish_err:  # noqa: BLE001
-                log.debug("wandb.finish after a failed start: %s", finish_err)
-            continue
+                config = {**run_config, "resumed_from": resume["id"]}
+        logger = _without_anonymous(WandbLogger(
+            **common, tags=list(tags or []), mode=attempt, config=config,
+            settings=wandb.Settings(init_timeout=float(init_timeout), console="off", silent=True), **kwargs))
+        run = logger.experiment  # start now: a failure surfaces here, not mid-training
         if kwargs:
             log.info("W&B run %s resumed (%s).", run.id, getattr(run, "url", "") or attempt)
-        if attempt != mode:
-            warnings.warn(f"W&B could not start {mode} ({_one_line(reason)}); this run logs offline to "
-                          f"{save_dir / 'wandb'} — upload it later with `wandb sync`.", stacklevel=2)
         return logger
-    warnings.warn(f"W&B could not start ({_one_line(reason)}); logging to CSV and metrics.json only.",
-                  stacklevel=2)
-    return None
+
+    return start_wandb(start_logger, mode, save_dir / "wandb")
 
 
 def _without_anonymous(logger: Any) -> Any:
@@ -131,8 +182,7 @@ def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
     try:
         import wandb
 
-        if wandb.run is not None:
-            wandb.finish(exit_code=exit_code)
+        wandb.finish(exit_code=exit_code)  # a no-op without a current run
     except Exception as err:  # noqa: BLE001 - W&B must never hide the real error
         log.warning("W&B finish failed: %s", err)
 

@@ -1,19 +1,17 @@
-"""Progress bars that count to where the run stops (``trainer.max_steps``), not to the end of the epoch."""
+"""A progress bar that counts to where the run stops (``trainer.max_steps``), not to the end of the epoch."""
 
 from __future__ import annotations
 
 import pytorch_lightning as pl
 
 
-class _StopAwareBar:
-    """Mixin for Lightning's progress bars: the training bar counts to where the run will stop.
+class StopAwareRichProgressBar(pl.callbacks.RichProgressBar):
+    """Lightning's ``RichProgressBar`` whose training bar counts to where the run will stop.
 
     Lightning's bars count to the end of the epoch and show ``Epoch i/max_epochs-1`` even when
     ``trainer.max_steps`` ends the run earlier (Lightning caps the count only when ``max_epochs=-1``);
     here both are capped by ``max_steps`` (optimizer steps, times ``accumulate_grad_batches`` batches).
     """
-
-    trainer: pl.Trainer
 
     def _batches_left_in_run(self) -> float:
         trainer = self.trainer
@@ -28,7 +26,7 @@ class _StopAwareBar:
     @property
     def total_train_batches(self) -> int | float:
         """Training batches of this epoch that will run: the epoch's, or fewer when ``max_steps`` ends it."""
-        total = super().total_train_batches  # type: ignore[misc]
+        total = super().total_train_batches
         return min(total, max(self._batches_left_in_run(), 0))
 
     def last_epoch(self) -> int | None:
@@ -44,15 +42,7 @@ class _StopAwareBar:
             last = by_steps if last is None else min(last, by_steps)
         return last
 
-
-class StopAwareRichProgressBar(_StopAwareBar, pl.callbacks.RichProgressBar):
-    """``RichProgressBar`` that counts to where the run stops (see :class:`_StopAwareBar`)."""
-
     def _get_train_description(self, current_epoch: int) -> str:
         last = self.last_epoch()
         description = f"Epoch {current_epoch}" + (f"/{last}" if last is not None else "")
         return f"{description:{len(self.validation_description)}}"
-
-
-class StopAwareTQDMProgressBar(_StopAwareBar, pl.callbacks.TQDMProgressBar):
-    """``TQDMProgressBar`` that counts to where the run stops (see :class:`_StopAwareBar`)."""

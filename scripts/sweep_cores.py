@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from attnbench.bench.train import cpu_model
+from attnbench.run.outputs import write_text
 
 side, one, steps, out = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 t_side = float((side.parent / (side.name + ".time")).read_text())
@@ -55,6 +56,6 @@ res = {
     "max_relative_difference": worst,
     "jobs": jobs,
 }
-out.write_text(json.dumps(res, indent=1) + "\n")
+write_text(out, json.dumps(res, indent=1) + "\n")
 print(f"ratio {t_side / t_one:.3f}  ({t_side:.1f} s vs {t_one:.1f} s); equal test/acc: "
       f"{all(j['side_by_side']['test/acc'] == j['one_at_a_time']['test/acc'] for j in jobs.values())}; max rel diff {worst:.2e}")

@@ -48,6 +48,7 @@ class AttentionMapLogger(pl.Callback):
 
     def draw(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Path:
         """Compute and write the maps; returns the PNG's path. Raises whatever fails (the hook catches it)."""
+        from attnbench.run.outputs import write_text
         from attnbench.viz.attention_maps import PROBE_FILE, datamodule_probe, draw, sentence_maps
 
         datamodule = trainer.datamodule
@@ -67,7 +68,7 @@ class AttentionMapLogger(pl.Callback):
         record = {"attention": name, "sentences": sentences,
                   "weights": [[[[[round(float(v), 4) for v in row] for row in head] for head in layer] for layer in w]
                               for w, _ in maps]}
-        (run_dir / PROBE_FILE).write_text(json.dumps(record))
+        write_text(run_dir / PROBE_FILE, json.dumps(record))
         return path
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

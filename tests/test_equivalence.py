@@ -137,3 +137,22 @@ def test_report_writes_the_table_with_the_declared_margin(tmp_path):
     assert saved["diff"][0] == pytest.approx(statistics.fmean(diffs))
     with pytest.raises(SystemExit):
         report.main(["--margin", "0", str(tmp_path)])
+
+
+def test_a_learning_rate_tuned_per_score_function_still_pairs_with_the_baseline():
+    """compare at each score function's own lr: optim.lr varies with attention alone, so it is no pairing key;
+    a grid of lrs per score function (the tuning stage) keeps it one."""
+    from attnbench.analysis.stats import paired_setting_keys, summarise
+
+    lr = {"scaled_dot": "0.001", "dot": "0.0003"}
+    runs = [{**_run(d, a, s, 0.8 + 0.01 * s + (0.002 if a == "dot" else 0.0)), "optim.lr": lr[a]}
+            for d in ("a", "b") for a in lr for s in range(3)]
+    jobs = pd.DataFrame(runs)
+    swept = ["data", "optim.lr", "attention", "seed"]
+    assert paired_setting_keys(jobs, ["data", "optim.lr", "attention"]) == ["data"]
+    table = summarise(jobs, swept).set_index(["data", "attention"])
+    assert table.loc[("a", "dot"), "diff_mean"] == pytest.approx(0.002) and table.loc[("a", "dot"), "diff_n"] == 3
+    verdicts = equivalence(jobs, swept).set_index("data")
+    assert verdicts.loc["b", "diff"] == pytest.approx(0.2) and verdicts.loc["b", "n"] == 3
+    grid = pd.DataFrame([{**r, "optim.lr": x} for r in runs for x in ("0.001", "0.003")])
+    assert paired_setting_keys(grid, ["data", "optim.lr", "attention"]) == ["data", "optim.lr"]

@@ -127,6 +127,29 @@ def _replicate_label(value: Any, key: str, run: Any) -> Any:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def paired_setting_keys(runs: pd.DataFrame, variant_keys: list[str]) -> list[str]:
+    """The variant keys a run and its baseline run must share to pair: every key but ``attention`` and those set
+    per score function.
+
+    A key is set per score function (such as ``optim.lr`` where each score function trains at its own tuned
+    learning rate) when, within every combination of the other keys, each score function has one value of it and
+    not all score functions have the same one: pairing on it would pair no score function with the baseline. A
+    key with several values per score function (a learning-rate grid) stays a setting. ``runs``: the job table
+    (its ``attention`` column and the keys)."""
+    keys = [k for k in variant_keys if k != "attention"]
+    if "attention" not in runs or runs.empty:
+        return keys
+    tuned = []
+    for key in keys:
+        others = [k for k in keys if k != key]
+        values = runs[[*others, "attention", key]].astype(str)
+        per_score = values.groupby([*others, "attention"], sort=False)[key].nunique()
+        across = values.groupby(others, sort=False)[key].nunique() if others else pd.Series([values[key].nunique()])
+        if (per_score == 1).all() and (across > 1).any():
+            tuned.append(key)
+    return [k for k in keys if k not in tuned]
+
+
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
@@ -211,7 +234,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
     partial_tests = (pd.to_numeric(done["test/limited_to_batches"], errors="coerce").notna()
                      if "test/limited_to_batches" in done else pd.Series(False, index=done.index))
-    setting_keys = [k for k in variant_keys if k != "attention"]
+    setting_keys = paired_setting_keys(done, variant_keys)
     rows = []
     groups = done.groupby(variant_keys, sort=False, dropna=False) if variant_keys else [((), done)]
     for key, group in groups:  # key: a tuple (pandas >= 2 gives tuple keys when grouping by a list)
@@ -549,7 +572,7 @@ def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_d
         score function has no finished run.
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
-    setting_keys = [k for k in variant_keys if k != "attention"]
+    setting_keys = paired_setting_keys(jobs[jobs["status"] == STATUS_OK], variant_keys) if "status" in jobs else []
     columns = [*setting_keys, "n", "gap", "gap_lo", "gap_hi", "baseline_acc", "control_acc", "discriminates",
                "verdict"]
     if "attention" not in variant_keys:
@@ -731,8 +754,9 @@ def equivalence(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_do
         unmeasured or not needed), ``host_df`` and ``verdict``. Empty without ``attention`` swept.
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
-    setting_keys = [k for k in variant_keys if k != "attention"]
     replicates = [k for k in REPLICATE_KEYS if k in jobs]
+    setting_keys = (paired_setting_keys(jobs[jobs["status"] == STATUS_OK], variant_keys)
+                    if "status" in jobs and "attention" in variant_keys else [])
     columns = [*setting_keys, "attention", "n", "diff", "lo", "hi", "sd", "mdd", "tost_p", "margin", "hosts",
                "pairs_same", "pairs_cross", "pairs_unrecorded", "host_var", "host_df", "verdict"]
     if "attention" not in variant_keys or not replicates or "status" not in jobs or ACC not in jobs:

@@ -156,3 +156,27 @@ def test_a_learning_rate_tuned_per_score_function_still_pairs_with_the_baseline(
     assert verdicts.loc["b", "diff"] == pytest.approx(0.2) and verdicts.loc["b", "n"] == 3
     grid = pd.DataFrame([{**r, "optim.lr": x} for r in runs for x in ("0.001", "0.003")])
     assert paired_setting_keys(grid, ["data", "optim.lr", "attention"]) == ["data", "optim.lr"]
+
+
+def test_macro_f1_column_where_the_test_set_is_imbalanced():
+    from attnbench.analysis.stats import imbalanced, summarise
+
+    assert imbalanced(0.276, 6) is True and imbalanced(0.509, 2) is False and imbalanced(None, 2) is None
+    runs = []
+    for data, share, classes in (("trec", 0.276, 6), ("imdb", 0.5, 2), ("norecord", math.nan, math.nan)):
+        for attention in ("scaled_dot", "dot"):
+            for seed, f1 in enumerate((0.70, 0.74)):
+                runs.append({**_run(data, attention, seed, 0.8), "test/f1_macro": f1 + (0.01 if attention == "dot" else 0),
+                             "test_largest_class_share": share, "num_classes": classes})
+    # a seed run twice (a baseline twin) counts once
+    runs.append({**_run("trec", "scaled_dot", 1, 0.8), "test/f1_macro": 0.78, "test_largest_class_share": 0.276,
+                 "num_classes": 6})
+    jobs = pd.DataFrame(runs)
+    table = summarise(jobs, SWEPT)
+    cells, unrecorded = report.macro_f1_cells(jobs, table, ["data", "attention"])
+    shown = dict(zip(zip(table["data"], table["attention"]), cells))
+    assert shown[("trec", "scaled_dot")] == f"{statistics.fmean([0.70, (0.74 + 0.78) / 2]):.4f}"
+    assert shown[("trec", "dot")] == "0.7300" and shown[("norecord", "dot")] == "0.7300"
+    assert shown[("imdb", "dot")] == "–" and unrecorded == 2
+    balanced = jobs[jobs["data"] == "imdb"]
+    assert report.macro_f1_cells(balanced, summarise(balanced, SWEPT), ["data", "attention"])[0] is None

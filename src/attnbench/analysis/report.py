@@ -65,6 +65,7 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     NO_DISCRIMINATION,
     control_gaps,
     equivalence,
+    macro_f1,
     convergence_counts,
     disturbed_runs,
     flatten_config,
@@ -694,14 +695,17 @@ def _paired_multiple(row: pd.Series, column: str) -> str:
     return f"{ratio:.2f}" + (f" ({int(pairs)})" if pairs is not None and pd.notna(pairs) else "")
 
 
-def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
+def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str,
+                   f1: list[str] | None = None) -> str:
     """The per-variant table as Markdown (accuracy as mean ± std and its 95% CI ``[lo, hi]``; the paired Δ as
-    ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1)."""
+    ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1); ``f1``: one macro-F1 cell per row of
+    ``table`` (:func:`macro_f1_cells`), a column beside the accuracy's interval where given."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
     has_ratio = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
     ratio_header = f"× {baseline} (paired; pairs)"
-    headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
+    headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", *(["test macro-F1"] if f1 else []),
+               f"Δ vs {baseline} (paired, 95% CI)",
                "train tok/s", *([ratio_header] if has_ratio else []), "train steps/s", "test tok/s",
                *([ratio_header] if has_ratio else []), "peak mem (MiB)", "params"]
     if has_stopped:
@@ -709,7 +713,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     if has_diag:
         headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
     rows = []
-    for _, r in table.iterrows():
+    for i, (_, r) in enumerate(table.iterrows()):
         n_stopped = int(r.get("n_stopped", 0) or 0)
         if int(r.n) == 0 and n_stopped:
             acc, ci = (f"{STOPPED_MARK}: stopped by max_time at {_fmt(r.steps_done, 0)} of "
@@ -730,7 +734,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         if n_stopped and int(r.n):
             acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
-        cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
+        cells += [str(int(r.n)), acc, ci, *([f1[i]] if f1 else []), diff, _fmt(r.get("train_tok_s"), 0),
                   *([_paired_multiple(r, "train_tok_s")] if has_ratio else []), _fmt(r.get("train_steps_s"), 2),
                   _fmt(r.get("test_tok_s"), 0), *([_paired_multiple(r, "test_tok_s")] if has_ratio else []),
                   _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("params"), 0)]
@@ -743,6 +747,21 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
         rows.append(cells)
     return md_table(headers, rows)
+
+
+def macro_f1_cells(jobs: pd.DataFrame, table: pd.DataFrame, variant_keys: list[str]) -> tuple[list[str] | None, int]:
+    """The macro-F1 column of the per-variant table: for each row of ``table`` the mean test macro-F1 over its
+    seeds (:func:`attnbench.analysis.stats.macro_f1`) where its test set is imbalanced (its largest class above
+    1.2 / classes: accuracy alone flatters there) or its runs do not record their class balance; ``–`` where the
+    test set is balanced or no run records a macro-F1. Returns (the cells, or None for no column where no row has
+    a value; how many of the shown rows do not record their class balance)."""
+    cells, unrecorded = [], 0
+    for _, r in table.iterrows():
+        value, skewed = macro_f1(jobs, {k: r[k] for k in variant_keys})
+        shown = skewed is not False and not math.isnan(value)
+        cells.append(f"{value:.4f}" if shown else "–")
+        unrecorded += shown and skewed is None
+    return (cells if any(c != "–" for c in cells) else None), unrecorded
 
 
 def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
@@ -1151,7 +1170,14 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     if table.empty:
         lines += ["No job finished.", ""]
     else:
-        lines += [markdown_table(table, variant_keys, baseline), ""]
+        f1, unrecorded = macro_f1_cells(jobs, table, variant_keys)
+        lines += [markdown_table(table, variant_keys, baseline, f1), ""]
+        if f1:
+            lines += ["Test macro-F1 (mean over seeds) beside the accuracy where a test set is imbalanced (its largest "
+                      "class above 1.2 / number of classes, from the runs' `test_largest_class_share` and "
+                      "`num_classes`: accuracy alone flatters a classifier there) or its runs do not record their "
+                      "class balance" + (f" ({unrecorded} of the rows shown: their runs record none)" if unrecorded
+                                         else "") + ".", ""]
         control = control_text(jobs, swept)
         if control:
             lines += [control, ""]

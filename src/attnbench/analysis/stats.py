@@ -802,3 +802,47 @@ def equivalence(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_do
             verdict = paired_verdict(mean, sd, n, margin, alpha, power, unmeasured, baseline)
             rows.append({**row, **verdict})
     return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- macro-F1 where accuracy flatters
+
+#: a test set is imbalanced when its largest class holds more than this many times 1 / num_classes of it (the
+#: single run's summary, :func:`attnbench.run.console.format_summary`, uses the same factor)
+IMBALANCE_FACTOR = 1.2
+F1 = "test/f1_macro"
+
+
+def imbalanced(largest_share: Any, num_classes: Any) -> bool | None:
+    """Whether a test set whose largest class is ``largest_share`` of it, of ``num_classes`` classes, is
+    imbalanced (share > :data:`IMBALANCE_FACTOR` / num_classes); None where either is not a number (not
+    recorded)."""
+    try:
+        share, classes = float(largest_share), float(num_classes)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(share) or math.isnan(classes) or classes < 1:
+        return None
+    return share > IMBALANCE_FACTOR / classes
+
+
+def macro_f1(jobs: pd.DataFrame, variant: dict[str, Any]) -> tuple[float, bool | None]:
+    """(mean test macro-F1 over the variant's finished replicates, whether its test set is imbalanced).
+
+    ``variant``: the variant's value of each variant key (a row of :func:`summarise`). Runs stopped by
+    ``trainer.max_time`` are left out, as from the accuracy; a seed run twice counts once (the mean of its runs).
+    Imbalance comes from the runs' ``test_largest_class_share`` and ``num_classes`` (:func:`imbalanced`; True if
+    any run's test set is), None where no run records them. The F1 is NaN where no run records :data:`F1`."""
+    runs = jobs[(jobs["status"] == STATUS_OK) & ~stopped_runs(jobs)] if "status" in jobs else jobs
+    for key, value in variant.items():
+        if key in runs:
+            runs = runs[runs[key].isna()] if _is_missing(value) else runs[runs[key].astype(str) == str(value)]
+    balance = [imbalanced(s, c) for s, c in zip(runs.get("test_largest_class_share", pd.Series(math.nan, runs.index)),
+                                                runs.get("num_classes", pd.Series(math.nan, runs.index)))]
+    known = [b for b in balance if b is not None]
+    skewed = any(known) if known else None
+    if F1 not in runs or runs.empty:
+        return math.nan, skewed
+    replicates = [k for k in REPLICATE_KEYS if k in runs]
+    values = _over_replicates(runs.assign(**{k: runs[k].astype(str) for k in replicates}), replicates, F1)
+    values = pd.to_numeric(values, errors="coerce").dropna()
+    return (float(values.mean()) if len(values) else math.nan), skewed

@@ -5,6 +5,7 @@ sentence where a stage is not published."""
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 
 import pandas as pd
@@ -68,14 +69,22 @@ def test_lr_answers_say_when_the_tuned_stage_is_not_published(tmp_path):
 
 def test_tuned_lr_grid_and_the_chosen_lr(tmp_path):
     assert "`tune_lr` stage has not been published" in tables.render_tuned_lr(tmp_path)
-    grid = {("sst2", "scaled_dot"): {"0.0003": 0.80, "0.001": 0.82, "0.003": 0.81},
-            ("sst2", "dot"): {"0.0003": 0.79, "0.001": 0.79, "0.003": 0.70}}  # a tie: the smaller lr
-    _write(tmp_path, "tune_lr", [_row(d, a, 0, 0.5, lr, **{"val/acc_best": str(v)})
-                                 for (d, a), values in grid.items() for lr, v in values.items()])
+    choice = {"metric": "val/acc_best", "shared_lr": 0.001,
+              "chosen": {"sst2": {"scaled_dot": 0.001, "dot": 0.0003}},
+              "values": {"sst2": {"dot": {"0.0003": 0.79, "0.001": 0.79, "0.003": 0.70},
+                                  "scaled_dot": {"0.0003": 0.80, "0.001": 0.82, "0.003": 0.81},
+                                  "cosine": {"0.0003": 0.8, "0.001": None, "0.003": 0.81}}},
+              "incomplete": ["sst2/cosine"]}
+    path = tmp_path / "docs" / "results" / "cpu" / "tune_lr_chosen_lr.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(choice))
     text = tables.render_tuned_lr(tmp_path)
     lines = {l.split(" | ")[1]: l for l in text.splitlines() if l.startswith("| sst2")}
+    assert list(lines) == ["`scaled_dot`", "`cosine`", "`dot`"]
     assert lines["`scaled_dot`"] == "| sst2 | `scaled_dot` | 0.8000 | **0.8200** | 0.8100 | 0.001 | not published |"
     assert lines["`dot`"] == "| sst2 | `dot` | **0.7900** | 0.7900 | 0.7000 | 0.0003 | not published |"
+    assert lines["`cosine`"] == "| sst2 | `cosine` | 0.8000 | – | 0.8100 | not chosen: runs missing | not published |"
+    assert "lr 0.001 (shared)" in text and "Not chosen yet (a grid value's run missing): sst2/cosine." in text
     _write(tmp_path, "compare_tuned", _compare([0.0] * 5, {"dot": "0.001", "scaled_dot": "0.001"}))
     text = tables.render_tuned_lr(tmp_path)
     assert "| 0.0003 | 0.001 (not the chosen lr) |" in text and text.count("| 0.001 | 0.001 |") == 1

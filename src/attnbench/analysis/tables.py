@@ -17,6 +17,12 @@ model presets, the parameters of each built model; so the docs' defaults tables 
     attnbench tables           # rewrite every generated table in place
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
+Sources named ``results:<table>`` are rendered from several published files under ``--root``:
+``results:lr-answers`` (the shared-lr and tuned-lr answers side by side), ``results:tuned-lr`` (the learning rate
+each score function was tuned to), ``results:literature`` (:data:`LITERATURE` beside attnbench's measurements); a
+stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table. A stage
+not published yet renders as a sentence saying so, never as numbers.
+
 ``--check`` (run by tests/test_readme_tables.py and CI) names every stale block, so a hand-edited number (or an
 edited source without a re-run) fails. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
 paired Δ or interval end) must also appear in one of its generated tables (:func:`unsourced_prose_numbers`). Tables whose numbers come from runs whose result files are not in the repository are
@@ -769,34 +775,43 @@ def render_lr_answers(root: Path) -> str:
 
 
 def render_tuned_lr(root: Path) -> str:
-    """The learning rate each score function was tuned to, per dataset, from ``tune_lr_jobs.csv`` (the grid of
-    ``optim.lr``, one seed): the validation accuracy (``val/acc_best``) at every grid value and the chosen one, the
-    highest (the smaller lr on a tie); where ``compare_tuned_jobs.csv`` is published, the lr its runs trained at,
-    marked where it is not the chosen one. Says so plainly where the stage is not published."""
-    rows = _published(root, TUNE_STAGE)
-    if rows is None:
-        return _not_published(TUNE_STAGE) + "\n"
-    for column in ("data", "attention", LR_KEY, TUNE_METRIC):
-        if rows and column not in rows[0]:
-            raise ValueError(f"{TUNE_STAGE}_jobs.csv has no {column!r} column")
-    grid: dict[tuple[str, str], dict[float, float]] = {}
-    for r in rows:
-        if r.get("status") in (None, "", "finished") and r.get(TUNE_METRIC) not in (None, ""):
-            grid.setdefault((r["data"], r["attention"]), {})[float(r[LR_KEY])] = float(r[TUNE_METRIC])
-    lrs = sorted({lr for values in grid.values() for lr in values})
+    """The learning rate each score function was tuned to, per dataset, from the tuning stage's choice
+    (``docs/results/cpu/tune_lr_chosen_lr.json``, written by ``attnbench reproduce``: ``values``
+    ``{data: {attention: {lr: val/acc_best}}}``, ``chosen`` ``{data: {attention: lr}}``, ``shared_lr``, ``metric``,
+    ``incomplete``): the validation figure at every grid value, the chosen one in bold, and, where
+    ``compare_tuned_jobs.csv`` is published, the lr its runs trained at, marked where it is not the chosen one. Says
+    so plainly where the stage is not published.
+
+    Raises:
+        KeyError: a choice file without ``values`` or ``chosen``.
+    """
+    path = root / "docs" / "results" / "cpu" / f"{TUNE_STAGE}_chosen_lr.json"
+    if not path.is_file():
+        return (f"*The `{TUNE_STAGE}` stage has not been published: `docs/results/cpu/{path.name}` does not exist "
+                f"(`attnbench reproduce --stages {TUNE_STAGE} --publish` writes it); no number of it is shown.*\n")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    values, chosen = data["values"], data["chosen"]
+    lrs = sorted({float(lr) for by_attention in values.values() for grid in by_attention.values() for lr in grid})
     ran = _lr_of(_published(root, TUNED_STAGE) or [])
-    lines = [f"| data | attention | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen lr | "
-             f"{TUNED_STAGE} ran at |", "|---|---|" + "---|" * (len(lrs) + 2)]
-    for (data, attention) in sorted(grid, key=lambda k: (k[0], k[1] != BASELINE, k[1])):
-        values = grid[(data, attention)]
-        chosen = max(sorted(values), key=lambda lr: values[lr])  # the first (smallest) of equal bests
-        at = ran.get((data, attention))
-        shown = "not published" if not ran else "–" if at is None else (
-            at if float(at) == chosen else f"{at} (not the chosen lr)")
-        lines.append(f"| {data} | `{attention}` | " + " | ".join(
-            f"**{values[lr]:.4f}**" if lr == chosen else f"{values[lr]:.4f}" if lr in values else "–" for lr in lrs)
-            + f" | {chosen:g} | {shown} |")
-    return "\n".join(lines) + "\n"
+    shared = data.get("shared_lr")
+    lines = ["| data | attention | " + " | ".join(f"lr {lr:g}" + (" (shared)" if lr == shared else "") for lr in lrs)
+             + f" | chosen lr | {TUNED_STAGE} ran at |", "|---|---|" + "---|" * (len(lrs) + 2)]
+    for data_name, by_attention in values.items():
+        for attention in attention_order(by_attention):
+            grid = {float(lr): v for lr, v in by_attention[attention].items()}
+            pick = chosen.get(data_name, {}).get(attention)
+            at = ran.get((data_name, attention))
+            shown = ("not published" if not ran else "–" if at is None else
+                     at if pick is not None and float(at) == float(pick) else f"{at} (not the chosen lr)")
+            lines.append(f"| {data_name} | `{attention}` | " + " | ".join(
+                "–" if grid.get(lr) is None else f"**{grid[lr]:.4f}**" if pick is not None and lr == float(pick)
+                else f"{grid[lr]:.4f}" for lr in lrs)
+                + f" | {'not chosen: runs missing' if pick is None else f'{float(pick):g}'} | {shown} |")
+    rule = (f"\nValidation figure: `{data.get('metric', TUNE_METRIC)}` of each run (seed 0); the highest is chosen, a "
+            "tie going to the shared learning rate, then to the smaller one.")
+    if data.get("incomplete"):
+        rule += f" Not chosen yet (a grid value's run missing): {', '.join(data['incomplete'])}."
+    return "\n".join(lines) + "\n" + rule + "\n"
 
 
 #: the literature's findings set beside attnbench's measurement of the same contrast: what the anchor found

@@ -18,7 +18,9 @@ A *variant* is one combination of the settings that differ between the runs, oth
 and progress bars do not). The settings every run shares are stated in the report and in every plot title.
 Per variant the report gives the statistics of :func:`attnbench.analysis.stats.summarise` (seeds, test accuracy
 mean ± sample std and its 95% Student-t interval, the paired difference to the baseline score function, rates,
-memory, parameters, the attention diagnostics); the ``uniform`` control's section
+memory, parameters, the attention diagnostics; test macro-F1 where a test set is imbalanced,
+:func:`macro_f1_cells`); the power-and-equivalence section (:func:`equivalence_text`: per comparison the minimum
+detectable difference, a TOST at ``--margin`` points, the hosts, one verdict); the ``uniform`` control's section
 (:func:`attnbench.analysis.stats.control_gaps`); and the runs ``trainer.max_time`` stopped before their budget,
 marked *unfinished* (:func:`stopped_table`). Plots (PNG, next to ``report.md``; :func:`figures`): ``pareto.png``
 (test accuracy vs training tokens/s per setting), ``head_dim.png`` and ``seq_len.png`` (when ``model.head_dim`` /

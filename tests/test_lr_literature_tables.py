@@ -107,3 +107,11 @@ def test_literature_table_from_the_published_stages(tmp_path):
     _write(tmp_path, "compare", rows)
     henry = next(l for l in tables.render_literature(tmp_path).splitlines() if l.startswith("| Henry"))
     assert henry.endswith("| agree (expects cosine better) |") and "sst2: +1.20 [" in henry
+
+
+def test_lr_answers_of_a_dataset_the_tuned_stage_leaves_out(tmp_path):
+    _write(tmp_path, "compare", _compare([0.0] * 5) + [_row("trec", a, s, 0.8) for a in ("scaled_dot", "dot")
+                                                         for s in range(3)])
+    _write(tmp_path, "compare_tuned", _compare([0.0] * 5))
+    line = next(l for l in tables.render_lr_answers(tmp_path).splitlines() if l.startswith("| trec | `dot`"))
+    assert line.endswith("| – | not run | – |")

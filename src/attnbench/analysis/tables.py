@@ -755,7 +755,9 @@ def render_lr_answers(root: Path) -> str:
         table, rows = tables[name]
         if table is None:
             return ["–", "not published", "–"]
-        lr = _lr_of(rows).get(key, "–")
+        lr = _lr_of(rows).get(key)
+        if lr is None:  # the stage has no finished run of it (compare_tuned leaves TREC out)
+            return ["–", "not run", "–"]
         if key[1] == BASELINE:
             return [lr, "–", "baseline"]
         if key not in table.index:

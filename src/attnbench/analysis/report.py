@@ -29,7 +29,8 @@ marked *unfinished* (:func:`stopped_table`). Plots (PNG, next to ``report.md``; 
 
 Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
 settings and metrics), ``equivalence.csv`` (per score function against the baseline: Δ in points, its interval,
-the minimum detectable difference, the TOST p at ``--margin`` and the verdict; :func:`equivalence_text`) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
+the minimum detectable difference, the TOST p at ``--margin`` and the verdict; :func:`equivalence_text`) and the
+plots into ``--out`` (default: the one folder given), and prints the Markdown.
 ``--wandb`` logs them into a summary run (:mod:`attnbench.analysis.wandb_report`). Exit status 0 when at least
 one job finished, 1 otherwise (and for a path without runs or an unreachable W&B, with one ``Error:`` line).
 """

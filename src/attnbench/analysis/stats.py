@@ -681,7 +681,8 @@ def paired_verdict(mean: float, sd: float, n: int, margin: float, alpha: float =
     if unmeasured_hosts:
         out["verdict"] = f"{UNDETERMINED} (cross-host, unmeasured)"
     elif out["tost_p"] < alpha and out["mdd"] <= margin:
-        out["verdict"] = f"{EQUIVALENT} within ±{margin:g}" + (" (resolved, smaller than the margin)" if resolved else "")
+        out["verdict"] = (f"{EQUIVALENT} within ±{margin:g}"
+                          + (" (resolved, smaller than the margin)" if resolved else ""))
     elif resolved:
         out["verdict"] = f"{BETTER if out['lo'] > 0 else WORSE} than {baseline}"
     elif out["mdd"] > margin:

@@ -727,7 +727,8 @@ def _not_published(stage: str, device: str = "cpu") -> str:
 
 
 def _lr_of(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
-    """``(data, attention) -> optim.lr`` of a stage's finished runs, one value each (``"several"`` where they differ)."""
+    """``(data, attention) -> optim.lr`` of a stage's finished runs, one value each (``"several"`` where they
+    differ)."""
     found: dict[tuple[str, str], set[str]] = {}
     for r in rows:
         if r.get("status") in (None, "", "finished"):
@@ -885,9 +886,11 @@ def render_literature(root: Path) -> str:
         source = f"docs/results/cpu/{a['stage']}_jobs.csv"
         rows = _published(root, a["stage"])
         where = ", ".join(f"{k} = {v}" for k, v in a["where"].items())
-        what = f"`{a['compare']}` − `{a['against']}`, test acc, paired by seed{', ' + where if where else ''} ([`{Path(source).name}`]({source.removeprefix('docs/')}))"
+        link = f"[`{Path(source).name}`]({source.removeprefix('docs/')})"
+        what = f"`{a['compare']}` − `{a['against']}`, test acc, paired by seed{', ' + where if where else ''} ({link})"
         if rows is None:
-            lines.append(f"| {a['anchor']} | {a['finding']} | {what} | – | the `{a['stage']}` stage is not published |")
+            lines.append(f"| {a['anchor']} | {a['finding']} | {what} | – | "
+                         f"the `{a['stage']}` stage is not published |")
             continue
         setting = PAIRED_BY[a["stage"]]
         table = _verdicts(rows, setting, baseline=a["against"])

@@ -18,7 +18,9 @@ A *variant* is one combination of the settings that differ between the runs, oth
 and progress bars do not). The settings every run shares are stated in the report and in every plot title.
 Per variant the report gives the statistics of :func:`attnbench.analysis.stats.summarise` (seeds, test accuracy
 mean ± sample std and its 95% Student-t interval, the paired difference to the baseline score function, rates,
-memory, parameters, the attention diagnostics); the ``uniform`` control's section
+memory, parameters, the attention diagnostics; test macro-F1 where a test set is imbalanced,
+:func:`macro_f1_cells`); the power-and-equivalence section (:func:`equivalence_text`: per comparison the minimum
+detectable difference, a TOST at ``--margin`` points, the hosts, one verdict); the ``uniform`` control's section
 (:func:`attnbench.analysis.stats.control_gaps`); and the runs ``trainer.max_time`` stopped before their budget,
 marked *unfinished* (:func:`stopped_table`). Plots (PNG, next to ``report.md``; :func:`figures`): ``pareto.png``
 (test accuracy vs training tokens/s per setting), ``head_dim.png`` and ``seq_len.png`` (when ``model.head_dim`` /
@@ -26,7 +28,9 @@ marked *unfinished* (:func:`stopped_table`). Plots (PNG, next to ``report.md``; 
 ``attention_maps[_<setting>]_s<i>.png`` (:mod:`attnbench.viz.attention_maps`).
 
 Writes ``report.md``, ``report.csv`` (one row per variant), ``jobs.csv`` (one row per job, its status,
-settings and metrics) and the plots into ``--out`` (default: the one folder given), and prints the Markdown.
+settings and metrics), ``equivalence.csv`` (per score function against the baseline: Δ in points, its interval,
+the minimum detectable difference, the TOST p at ``--margin`` and the verdict; :func:`equivalence_text`) and the
+plots into ``--out`` (default: the one folder given), and prints the Markdown.
 ``--wandb`` logs them into a summary run (:mod:`attnbench.analysis.wandb_report`). Exit status 0 when at least
 one job finished, 1 otherwise (and for a path without runs or an unreachable W&B, with one ``Error:`` line).
 """
@@ -60,8 +64,11 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
     STATUS_MISSING,
     STATUS_OK,
     MIN_CPU_SHARE,
+    DEFAULT_MARGIN,
     NO_DISCRIMINATION,
     control_gaps,
+    equivalence,
+    macro_f1,
     convergence_counts,
     disturbed_runs,
     flatten_config,
@@ -691,14 +698,17 @@ def _paired_multiple(row: pd.Series, column: str) -> str:
     return f"{ratio:.2f}" + (f" ({int(pairs)})" if pairs is not None and pd.notna(pairs) else "")
 
 
-def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) -> str:
+def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str,
+                   f1: list[str] | None = None) -> str:
     """The per-variant table as Markdown (accuracy as mean ± std and its 95% CI ``[lo, hi]``; the paired Δ as
-    ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1)."""
+    ``mean [lo, hi]``, its 95% CI; "1 seed, no interval" where n = 1); ``f1``: one macro-F1 cell per row of
+    ``table`` (:func:`macro_f1_cells`), a column beside the accuracy's interval where given."""
     has_diag = "entropy_norm" in table and table["entropy_norm"].notna().any()
     has_stopped = "n_stopped" in table and (table["n_stopped"] > 0).any()
     has_ratio = "train_tok_s_ratio" in table and table["train_tok_s_ratio"].notna().any()
     ratio_header = f"× {baseline} (paired; pairs)"
-    headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", f"Δ vs {baseline} (paired, 95% CI)",
+    headers = [*variant_keys, "seeds", "test acc (mean ± std)", "95% CI", *(["test macro-F1"] if f1 else []),
+               f"Δ vs {baseline} (paired, 95% CI)",
                "train tok/s", *([ratio_header] if has_ratio else []), "train steps/s", "test tok/s",
                *([ratio_header] if has_ratio else []), "peak mem (MiB)", "params"]
     if has_stopped:
@@ -706,7 +716,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
     if has_diag:
         headers += ["entropy (norm.)", "saturated rows", "max \\|score\\|"]
     rows = []
-    for _, r in table.iterrows():
+    for i, (_, r) in enumerate(table.iterrows()):
         n_stopped = int(r.get("n_stopped", 0) or 0)
         if int(r.n) == 0 and n_stopped:
             acc, ci = (f"{STOPPED_MARK}: stopped by max_time at {_fmt(r.steps_done, 0)} of "
@@ -727,7 +737,7 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
         if n_stopped and int(r.n):
             acc += f" (+{n_stopped} {STOPPED_MARK}, left out)"
         cells = [_fmt(r[k]) if r[k] is not None else "–" for k in variant_keys]
-        cells += [str(int(r.n)), acc, ci, diff, _fmt(r.get("train_tok_s"), 0),
+        cells += [str(int(r.n)), acc, ci, *([f1[i]] if f1 else []), diff, _fmt(r.get("train_tok_s"), 0),
                   *([_paired_multiple(r, "train_tok_s")] if has_ratio else []), _fmt(r.get("train_steps_s"), 2),
                   _fmt(r.get("test_tok_s"), 0), *([_paired_multiple(r, "test_tok_s")] if has_ratio else []),
                   _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("params"), 0)]
@@ -740,6 +750,21 @@ def markdown_table(table: pd.DataFrame, variant_keys: list[str], baseline: str) 
             cells += [_fmt(r.get("entropy_norm"), 3), _fmt(r.get("saturated_frac"), 3), _fmt(r.get("max_score"), 1)]
         rows.append(cells)
     return md_table(headers, rows)
+
+
+def macro_f1_cells(jobs: pd.DataFrame, table: pd.DataFrame, variant_keys: list[str]) -> tuple[list[str] | None, int]:
+    """The macro-F1 column of the per-variant table: for each row of ``table`` the mean test macro-F1 over its
+    seeds (:func:`attnbench.analysis.stats.macro_f1`) where its test set is imbalanced (its largest class above
+    1.2 / classes: accuracy alone flatters there) or its runs do not record their class balance; ``–`` where the
+    test set is balanced or no run records a macro-F1. Returns (the cells, or None for no column where no row has
+    a value; how many of the shown rows do not record their class balance)."""
+    cells, unrecorded = [], 0
+    for _, r in table.iterrows():
+        value, skewed = macro_f1(jobs, {k: r[k] for k in variant_keys})
+        shown = skewed is not False and not math.isnan(value)
+        cells.append(f"{value:.4f}" if shown else "–")
+        unrecorded += shown and skewed is None
+    return (cells if any(c != "–" for c in cells) else None), unrecorded
 
 
 def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
@@ -766,6 +791,80 @@ def control_text(jobs: pd.DataFrame, swept: list[str]) -> str:
         f"seed and setting), the setting is marked *{NO_DISCRIMINATION}*: what the score functions differ in is "
         "not what the task's accuracy rests on, and a null difference between them there says nothing about them.",
         "", md_table(headers, rows)])
+
+
+def _points(value: float) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:+.2f}"
+
+
+def hosts_text(row: pd.Series) -> str:
+    """A comparison's hosts as a cell: ``1 host``, ``not recorded``, or ``k hosts`` with how its pairs were made
+    (same host / cross-host), and the cross-host SD added (``σ_h``, points) or ``unmeasured``."""
+    if row.pairs_unrecorded == row.n:
+        return "not recorded"
+    parts = [f"{int(row.hosts)} host{'s' * (row.hosts != 1)}"]
+    if row.pairs_cross or row.hosts > 1:
+        parts.append(f"{int(row.pairs_same)} same-host pair(s), {int(row.pairs_cross)} cross-host"
+                     + (f", {int(row.pairs_unrecorded)} unrecorded" if row.pairs_unrecorded else ""))
+    if row.pairs_cross:
+        parts.append("σ_h unmeasured" if math.isnan(row.host_var) else
+                     f"σ_h {math.sqrt(row.host_var):.2f} added ({int(row.host_df)} df)")
+    return "; ".join(parts)
+
+
+def equivalence_rule(margin: float, baseline: str) -> str:
+    """The verdict rule of the equivalence table, as the report states it."""
+    return (f"Each score function against `{baseline}`, per setting, paired by seed, in points of test accuracy "
+            f"(1 point = 0.01). MDD: the minimum detectable difference, the true difference a two-sided paired t "
+            f"test at α = 0.05 finds with 80% power given the observed SD of the paired differences and n. TOST: "
+            f"the p of two one-sided t tests that the difference lies within ±{margin:g} (the declared margin, "
+            "`--margin`). The verdict is the first rule that applies: fewer than 2 pairs, *undetermined*; runs on "
+            "more than one host with no measure of what a host changes, *undetermined (cross-host, unmeasured)*; "
+            f"TOST p < 0.05 and MDD ≤ {margin:g}, *equivalent within ±{margin:g}* (a difference the interval "
+            "resolves but smaller than the margin counts as equivalent, and says so); the 95% interval excluding "
+            "0, *better* or *worse*; MDD above the margin, *undetermined (MDD > margin)*: the setting cannot "
+            "support \"equivalent\" at this margin whatever it measured, which leaves settings with too few "
+            "seeds or too small a test set (such as a 500-question test) out of the equivalence verdict; "
+            "otherwise *undetermined*. Hosts (`train_host`, where each run trained): a pair's runs on one host "
+            "(a baseline twin of the seed reran the baseline there where needed), or not recorded (runs from "
+            "before hosts were: paired by seed alone, as one host); where a pair crosses hosts, the variance of "
+            "one configuration's accuracy between hosts (σ_h², pooled over the setting's runs of one score "
+            "function and seed on several hosts) is added to the variance of the paired differences as 2σ_h²; "
+            "without such runs it is unmeasured.")
+
+
+def equivalence_text(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot",
+                     margin: float = DEFAULT_MARGIN) -> tuple[str, pd.DataFrame]:
+    """The power-and-equivalence section's Markdown (:func:`attnbench.analysis.stats.equivalence`: Δ in points
+    with its 95% interval, MDD, TOST p, hosts and the verdict per comparison, :func:`equivalence_rule` above it,
+    and the settings whose every comparison has MDD above the margin named below it) and its table; ``""`` and
+    an empty table where the runs hold no paired comparison."""
+    table = equivalence(jobs, swept, baseline, margin)
+    if table.empty:
+        return "", table
+    setting_keys = [c for c in table.columns if c not in EQUIVALENCE_FIGURES]
+    setting_keys = [k for k in setting_keys if k != "attention"]
+    headers = [*setting_keys, "attention", "pairs", f"Δ vs {baseline} (points, 95% CI)", "MDD (points)",
+               f"TOST p (±{margin:g})", "hosts", "verdict"]
+    rows = [[*(_fmt(r[k]) for k in setting_keys), f"`{r.attention}`", str(int(r.n)),
+             f"{_points(r['diff'])} [{_points(r.lo)}, {_points(r.hi)}]" if not math.isnan(r.lo) else _points(r["diff"]),
+             "–" if math.isnan(r.mdd) else f"{r.mdd:.2f}", "–" if math.isnan(r.tost_p) else f"{r.tost_p:.3f}",
+             hosts_text(r), r.verdict] for _, r in table.iterrows()]
+    lines = [f"## Power and equivalence (margin ±{margin:g} point{'s' * (margin != 1)})", "",
+             equivalence_rule(margin, baseline), "", md_table(headers, rows)]
+    if setting_keys:
+        powerless = [", ".join(f"{k}={_fmt(v)}" for k, v in zip(setting_keys, key))
+                     for key, group in table.groupby(setting_keys, sort=False, dropna=False)
+                     for key in [key if isinstance(key, tuple) else (key,)] if (group["mdd"] > margin).all()]
+        if powerless:
+            lines += ["", f"Left out of the equivalence verdict by the power rule (MDD > {margin:g} in every "
+                      f"comparison): {'; '.join(powerless)}."]
+    return "\n".join(lines), table
+
+
+#: equivalence table columns that are figures, not settings
+EQUIVALENCE_FIGURES = ("attention", "n", "diff", "lo", "hi", "sd", "mdd", "tost_p", "margin", "hosts", "pairs_same",
+                       "pairs_cross", "pairs_unrecorded", "host_var", "host_df", "verdict")
 
 
 def fixed_text(fixed: dict[str, str]) -> str:
@@ -1019,7 +1118,8 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dic
 
 
 def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, baseline: str = "scaled_dot",
-                 fixed: dict[str, str] | None = None, attention_maps: bool = False) -> str:
+                 fixed: dict[str, str] | None = None, attention_maps: bool = False,
+                 margin: float = DEFAULT_MARGIN) -> str:
     """Write ``report.md``, ``report.csv`` (the per-variant table), ``jobs.csv`` and the plots into ``out``;
     return the Markdown.
 
@@ -1027,6 +1127,8 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
         fixed: the settings held fixed (:func:`read_runs`); stated in the report and in every plot title.
         attention_maps: also draw the attention maps of each finished run's best checkpoint, side by side
             across score functions (:func:`attnbench.viz.attention_maps.report_figures`).
+        margin: the equivalence margin in points of accuracy (:func:`equivalence_text`); its table goes to
+            ``equivalence.csv`` where the runs hold a paired comparison.
     """
     out.mkdir(parents=True, exist_ok=True)
     fixed = dict(fixed or {})
@@ -1071,10 +1173,23 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     if table.empty:
         lines += ["No job finished.", ""]
     else:
-        lines += [markdown_table(table, variant_keys, baseline), ""]
+        f1, unrecorded = macro_f1_cells(jobs, table, variant_keys)
+        lines += [markdown_table(table, variant_keys, baseline, f1), ""]
+        if f1:
+            lines += ["Test macro-F1 (mean over seeds) beside the accuracy where a test set is imbalanced (its largest "
+                      "class above 1.2 / number of classes, from the runs' `test_largest_class_share` and "
+                      "`num_classes`: accuracy alone flatters a classifier there) or its runs do not record their "
+                      "class balance" + (f" ({unrecorded} of the rows shown: their runs record none)" if unrecorded
+                                         else "") + ".", ""]
         control = control_text(jobs, swept)
         if control:
             lines += [control, ""]
+        verdicts, verdict_table = equivalence_text(jobs, swept, baseline, margin)
+        if verdicts:
+            lines += [verdicts, ""]
+            _write_csv(verdict_table, out / "equivalence.csv")
+        elif (out / "equivalence.csv").is_file():  # an earlier report's verdicts are not this report's
+            (out / "equivalence.csv").unlink()
         if LOAD in variant_keys and "attention" in variant_keys:
             lines += [f"## Capacity: test accuracy against memory load ({LOAD})", "",
                       "Mean over seeds [95% Student-t interval]. *Holds to* P: every load up to P has its interval's "
@@ -1133,6 +1248,13 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
     return markdown
 
 
+def _write_csv(table: pd.DataFrame, path: Path) -> None:
+    """``table`` as CSV at ``path``, written atomically (a temporary file beside it, then renamed)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Markdown report (mean ± std, 95% CI, paired Δ, cost, plots, attention maps) of any attnbench "
@@ -1144,6 +1266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: the one folder given, else ./report)")
     parser.add_argument("--baseline", default="scaled_dot", help="score function the paired differences refer to")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                        help="equivalence margin in points of test accuracy (1.0 = 0.01): the TOST bounds of the "
+                             "power-and-equivalence table")
     parser.add_argument("--wandb-project", default=None, help="read runs from W&B instead (entity/project; online)")
     parser.add_argument("--wandb-group", default=None, help="with --wandb-project: only this group")
     parser.add_argument("--no-attention-maps", action="store_true",
@@ -1152,6 +1277,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also log the tables and plots into a summary run (job_type report) of the runs' W&B "
                              "project and group (offline without credentials), and write wandb_workspace.json")
     args = parser.parse_args(argv)
+    if not (math.isfinite(args.margin) and args.margin > 0):
+        parser.error(f"--margin {args.margin:g}: give a positive number of accuracy points (e.g. 1.0)")
     if args.wandb_project:
         try:
             jobs, swept, fixed = read_wandb(args.wandb_project, args.wandb_group)
@@ -1171,7 +1298,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         parser.error("give run dirs, a folder of runs or a multirun dir, or --wandb-project")
     maps = not args.no_attention_maps and not args.wandb_project
-    markdown = build_report(jobs, swept, source, out, args.baseline, fixed, attention_maps=maps)
+    markdown = build_report(jobs, swept, source, out, args.baseline, fixed, attention_maps=maps, margin=args.margin)
     print(markdown)
     print(f"Wrote {out / 'report.md'}, {out / 'report.csv'} and {out / 'jobs.csv'}", file=sys.stderr)
     if args.wandb:

@@ -127,6 +127,29 @@ def _replicate_label(value: Any, key: str, run: Any) -> Any:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def paired_setting_keys(runs: pd.DataFrame, variant_keys: list[str]) -> list[str]:
+    """The variant keys a run and its baseline run must share to pair: every key but ``attention`` and those set
+    per score function.
+
+    A key is set per score function (such as ``optim.lr`` where each score function trains at its own tuned
+    learning rate) when, within every combination of the other keys, each score function has one value of it and
+    not all score functions have the same one: pairing on it would pair no score function with the baseline. A
+    key with several values per score function (a learning-rate grid) stays a setting. ``runs``: the job table
+    (its ``attention`` column and the keys)."""
+    keys = [k for k in variant_keys if k != "attention"]
+    if "attention" not in runs or runs.empty:
+        return keys
+    tuned = []
+    for key in keys:
+        others = [k for k in keys if k != key]
+        values = runs[[*others, "attention", key]].astype(str)
+        per_score = values.groupby([*others, "attention"], sort=False)[key].nunique()
+        across = values.groupby(others, sort=False)[key].nunique() if others else pd.Series([values[key].nunique()])
+        if (per_score == 1).all() and (across > 1).any():
+            tuned.append(key)
+    return [k for k in keys if k not in tuned]
+
+
 def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot") -> pd.DataFrame:
     """One row per variant: accuracy statistics, paired difference to ``baseline``, cost and diagnostics.
 
@@ -211,7 +234,7 @@ def summarise(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot"
     complete = done[~stopped]  # what accuracy and the paired differences are computed from
     partial_tests = (pd.to_numeric(done["test/limited_to_batches"], errors="coerce").notna()
                      if "test/limited_to_batches" in done else pd.Series(False, index=done.index))
-    setting_keys = [k for k in variant_keys if k != "attention"]
+    setting_keys = paired_setting_keys(done, variant_keys)
     rows = []
     groups = done.groupby(variant_keys, sort=False, dropna=False) if variant_keys else [((), done)]
     for key, group in groups:  # key: a tuple (pandas >= 2 gives tuple keys when grouping by a list)
@@ -549,7 +572,7 @@ def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_d
         score function has no finished run.
     """
     variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
-    setting_keys = [k for k in variant_keys if k != "attention"]
+    setting_keys = paired_setting_keys(jobs[jobs["status"] == STATUS_OK], variant_keys) if "status" in jobs else []
     columns = [*setting_keys, "n", "gap", "gap_lo", "gap_hi", "baseline_acc", "control_acc", "discriminates",
                "verdict"]
     if "attention" not in variant_keys:
@@ -569,3 +592,258 @@ def control_gaps(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_d
         row["discriminates"], row["verdict"] = control_verdict(gap, half, n, baseline, control)
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- power and equivalence of a comparison
+
+#: the equivalence margin of ``attnbench report --margin`` (points of accuracy: 1.0 is 0.01 of test accuracy)
+DEFAULT_MARGIN = 1.0
+#: the verdicts of :func:`paired_verdict` (the text of each cell begins with one of them)
+BETTER, WORSE, EQUIVALENT, UNDETERMINED = "better", "worse", "equivalent", "undetermined"
+
+
+def min_detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean of ``n`` paired differences of standard deviation ``sd`` that a two-sided paired
+    t test at level ``alpha`` detects with probability ``power``, in ``sd``'s units; NaN for n < 2 or no ``sd``.
+
+    The effect size d solves power(d) = ``power``, where power(d) = P(T > c) + P(T < -c), T noncentral t with
+    n - 1 degrees of freedom and noncentrality d·√n, c the t quantile 1 - alpha/2 (the two-sided power of
+    statsmodels' ``TTestPower().solve_power(nobs=n, alpha=alpha, power=power)``: 1.682 for n = 5); the result is
+    d·``sd``. ``sd`` 0 gives 0.
+    """
+    from scipy import optimize, stats
+
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    if sd == 0:
+        return 0.0
+    df, crit = n - 1, float(stats.t.ppf(1 - alpha / 2, n - 1))
+
+    def shortfall(d: float) -> float:
+        nc = d * math.sqrt(n)
+        # P(T < -c) as P(T > c) at -nc: scipy's nct.cdf far in its tail is NaN where this is 0
+        return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc)) - power
+
+    high = 1.0
+    while shortfall(high) < 0:  # the power grows with d: double until it reaches ``power`` (d = 11.5 for n = 2)
+        high *= 2
+    return optimize.brentq(shortfall, 0.0, high, xtol=1e-12) * sd
+
+
+def tost_p(mean: float, se: float, df: int, margin: float) -> float:
+    """The p value of the two one-sided t tests (TOST, Schuirmann 1987) that a mean ``mean`` with standard error
+    ``se`` and ``df`` degrees of freedom lies inside (-``margin``, +``margin``): the larger of P(T >= (mean +
+    margin)/se) read as the test of mean <= -margin and P(T <= (mean - margin)/se) of mean >= +margin. For
+    paired data (se = sd/√n, df = n - 1) it is statsmodels' ``ttost_paired(x, y, -margin, margin)[0]``.
+    p < alpha is the same as the (1 - 2·alpha) t interval lying inside the margins. NaN for se NaN or df < 1."""
+    from scipy import stats
+
+    if not (df >= 1 and math.isfinite(se)):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(mean) < margin else 1.0
+    lower = float(stats.t.sf((mean + margin) / se, df))
+    upper = float(stats.t.cdf((mean - margin) / se, df))
+    return max(lower, upper)
+
+
+def paired_verdict(mean: float, sd: float, n: int, margin: float, alpha: float = 0.05, power: float = 0.8,
+                   unmeasured_hosts: bool = False, baseline: str = "scaled_dot") -> dict[str, Any]:
+    """Interval, power and equivalence of ``n`` paired differences with mean ``mean`` and standard deviation
+    ``sd`` (any unit; ``margin`` in the same unit), and the one verdict of the comparison.
+
+    Returns ``lo``, ``hi`` (the two-sided 1 - ``alpha`` Student-t interval), ``mdd``
+    (:func:`min_detectable_difference` at ``power``), ``tost_p`` (:func:`tost_p` at ±``margin``) and ``verdict``,
+    the first rule that applies:
+
+    1. n < 2: *undetermined* (no interval);
+    2. ``unmeasured_hosts`` (runs of the comparison on more than one host, and no measure of what a host changes):
+       *undetermined (cross-host, unmeasured)*: neither a difference nor an equivalence is claimed;
+    3. TOST p < ``alpha`` and MDD <= margin: *equivalent within ±margin*; a difference the interval resolves but
+       which is smaller than the margin is equivalent too (the cell says ``resolved, smaller than the margin``);
+    4. the interval excludes 0: *better* (lo > 0) or *worse* (hi < 0) than ``baseline``;
+    5. MDD > margin: *undetermined (MDD x.xx > margin)*: the comparison cannot support "equivalent" whatever it
+       measured (so a setting whose test set is too small for the margin, such as TREC's 500 questions at 1
+       point, drops out of the equivalence verdict by this rule);
+    6. otherwise *undetermined*: the interval reaches past a margin.
+    """
+    from scipy import stats
+
+    out: dict[str, Any] = {"lo": math.nan, "hi": math.nan, "mdd": math.nan, "tost_p": math.nan}
+    if n < 2 or not math.isfinite(sd):
+        out["verdict"] = f"{UNDETERMINED} ({n} paired seed{'s' * (n != 1)}, no interval)"
+        return out
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * se
+    out.update(lo=mean - half, hi=mean + half, mdd=min_detectable_difference(sd, n, alpha, power),
+               tost_p=tost_p(mean, se, n - 1, margin))
+    resolved = out["lo"] > 0 or out["hi"] < 0
+    if unmeasured_hosts:
+        out["verdict"] = f"{UNDETERMINED} (cross-host, unmeasured)"
+    elif out["tost_p"] < alpha and out["mdd"] <= margin:
+        out["verdict"] = (f"{EQUIVALENT} within ±{margin:g}"
+                          + (" (resolved, smaller than the margin)" if resolved else ""))
+    elif resolved:
+        out["verdict"] = f"{BETTER if out['lo'] > 0 else WORSE} than {baseline}"
+    elif out["mdd"] > margin:
+        out["verdict"] = f"{UNDETERMINED} (MDD {out['mdd']:.2f} > {margin:g})"
+    else:
+        out["verdict"] = UNDETERMINED
+    return out
+
+
+#: the host of a run's accuracy: where it trained (:func:`attnbench.callbacks.throughput.machine_boot`)
+ACC_HOST = "train_host"
+
+
+def _pair_hosts(variant: pd.DataFrame, base: pd.DataFrame) -> tuple[float, str, set]:
+    """One replicate's paired difference (variant minus baseline accuracy, each the mean of its runs), its kind
+    and the hosts of the runs it used.
+
+    ``kind`` is ``same`` where the variant's runs all name one host and the replicate has baseline runs on it (a
+    *baseline twin* of :mod:`attnbench.experiments.reproduce`): then only those baseline runs count; ``unrecorded``
+    where no run of either names a host (runs recorded before hosts were); else ``cross`` (the baseline
+    accuracy is then the mean of all its runs of the replicate)."""
+    hosts = set(variant["_host"].dropna())
+    if variant["_host"].notna().all() and len(hosts) == 1 and (base["_host"] == next(iter(hosts))).any():
+        base, kind = base[base["_host"] == next(iter(hosts))], "same"
+    else:
+        kind = "unrecorded" if variant["_host"].isna().all() and base["_host"].isna().all() else "cross"
+    return float(variant[ACC].mean()) - float(base[ACC].mean()), kind, hosts | set(base["_host"].dropna())
+
+
+def cross_host_variance(runs: pd.DataFrame, keys: list[str]) -> tuple[float, int]:
+    """The variance of one configuration's test accuracy between hosts, from its runs on several: (variance,
+    degrees of freedom).
+
+    A group is the runs that share ``keys`` (the variant and the replicate: one configuration and seed) and
+    were not all on one recorded host (a host label differs, or some run names none while another does: a
+    baseline twin and the run it twins). The variance is the pooled within-group variance of ``ACC``, Σ over
+    groups of Σ (x - group mean)² / Σ (group size - 1): the spread one configuration shows between machines.
+    (0.0, 0) without such a group. ``runs`` needs ``_host`` (the host label, NaN for none) and ``ACC``."""
+    squares, df = 0.0, 0
+    for _, group in runs.groupby(keys, dropna=False, sort=False):
+        hosts = group["_host"]
+        if len(group) < 2 or (hosts.notna().all() and hosts.nunique() == 1) or hosts.isna().all():
+            continue
+        x = group[ACC].astype(float)
+        squares += float(((x - x.mean()) ** 2).sum())
+        df += len(group) - 1
+    return (squares / df, df) if df else (0.0, 0)
+
+
+def equivalence(jobs: pd.DataFrame, swept: list[str], baseline: str = "scaled_dot",
+                margin: float = DEFAULT_MARGIN, alpha: float = 0.05, power: float = 0.8) -> pd.DataFrame:
+    """For every score function against ``baseline`` in every setting: the paired difference of test accuracy in
+    points (100 × the fraction), its interval, the minimum detectable difference, the TOST p at ±``margin``
+    points and the verdict of :func:`paired_verdict`.
+
+    Pairs are replicates (seed, fold) both finished (runs stopped by ``trainer.max_time`` left out, as in
+    :func:`summarise`). Each pair's hosts (``train_host``, :func:`_pair_hosts`) are ``same`` (the variant's run
+    and a baseline run of the replicate on one host: only such baseline runs count), ``unrecorded`` (no run names
+    a host) or ``cross``. A comparison with a ``cross`` pair takes the setting's cross-host variance of accuracy
+    σ²_h (:func:`cross_host_variance` over every score function's runs of the setting) into its interval, MDD and
+    TOST: the variance of the paired differences becomes s² + 2σ²_h (a difference of two runs on two hosts
+    carries each host's deviation), with n - 1 degrees of freedom still. Where the setting has no twin to
+    measure σ²_h, the verdict is *undetermined (cross-host, unmeasured)*.
+
+    Returns:
+        One row per (setting, score function other than ``baseline``) with a finished pair: the setting keys,
+        ``attention``, ``n``, ``diff`` (points), ``lo``, ``hi``, ``sd`` (of the differences, host variance
+        included), ``mdd`` (points), ``tost_p``, ``margin``, ``hosts`` (distinct hosts of the pairs' runs; 0 when
+        none recorded), ``pairs_same``, ``pairs_cross``, ``pairs_unrecorded``, ``host_var`` (σ²_h in points²; NaN
+        unmeasured or not needed), ``host_df`` and ``verdict``. Empty without ``attention`` swept.
+    """
+    variant_keys = [k for k in swept if k not in REPLICATE_KEYS]
+    replicates = [k for k in REPLICATE_KEYS if k in jobs]
+    setting_keys = (paired_setting_keys(jobs[jobs["status"] == STATUS_OK], variant_keys)
+                    if "status" in jobs and "attention" in variant_keys else [])
+    columns = [*setting_keys, "attention", "n", "diff", "lo", "hi", "sd", "mdd", "tost_p", "margin", "hosts",
+               "pairs_same", "pairs_cross", "pairs_unrecorded", "host_var", "host_df", "verdict"]
+    if "attention" not in variant_keys or not replicates or "status" not in jobs or ACC not in jobs:
+        return pd.DataFrame(columns=columns)
+    done = jobs[(jobs["status"] == STATUS_OK) & ~stopped_runs(jobs)].copy()
+    done[ACC] = pd.to_numeric(done[ACC], errors="coerce") * 100.0
+    done = done.dropna(subset=[ACC])
+    for k in replicates:
+        done[k] = [_replicate_label(v, k, i) for i, v in zip(done.index, done[k])]
+    done["_host"] = ([_host_label(v, i) for i, v in zip(done.index, done[ACC_HOST])] if ACC_HOST in done
+                     else math.nan)
+    rows = []
+    settings = done.groupby(setting_keys, dropna=False, sort=False) if setting_keys else [((), done)]
+    for key, runs in settings:
+        key = key if isinstance(key, tuple) else (key,)
+        base = runs[runs["attention"] == baseline]
+        host_var, host_df = cross_host_variance(runs, ["attention", *replicates])
+        for attention, variant in runs[runs["attention"] != baseline].groupby("attention", sort=True):
+            pairs = []
+            for rep, group in variant.groupby(replicates, dropna=False, sort=False):
+                rep = rep if isinstance(rep, tuple) else (rep,)
+                mine = base
+                for k, v in zip(replicates, rep):
+                    mine = mine[mine[k].isna()] if pd.isna(v) else mine[mine[k] == v]
+                if len(mine):
+                    pairs.append(_pair_hosts(group, mine))
+            if not pairs:
+                continue
+            diffs = [d for d, _, _ in pairs]
+            kinds = [kind for _, kind, _ in pairs]
+            n = len(diffs)
+            mean = sum(diffs) / n
+            sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else math.nan
+            cross = "cross" in kinds
+            unmeasured = cross and host_df == 0
+            if cross and not unmeasured:
+                sd = math.sqrt(sd**2 + 2 * host_var)
+            row = dict(zip(setting_keys, key), attention=attention, n=n, diff=mean, sd=sd, margin=margin,
+                       hosts=len(set().union(*(h for *_, h in pairs))), pairs_same=kinds.count("same"),
+                       pairs_cross=kinds.count("cross"), pairs_unrecorded=kinds.count("unrecorded"),
+                       host_var=host_var if cross and not unmeasured else math.nan,
+                       host_df=host_df if cross else math.nan)
+            verdict = paired_verdict(mean, sd, n, margin, alpha, power, unmeasured, baseline)
+            rows.append({**row, **verdict})
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- macro-F1 where accuracy flatters
+
+#: a test set is imbalanced when its largest class holds more than this many times 1 / num_classes of it (the
+#: single run's summary, :func:`attnbench.run.console.format_summary`, uses the same factor)
+IMBALANCE_FACTOR = 1.2
+F1 = "test/f1_macro"
+
+
+def imbalanced(largest_share: Any, num_classes: Any) -> bool | None:
+    """Whether a test set whose largest class is ``largest_share`` of it, of ``num_classes`` classes, is
+    imbalanced (share > :data:`IMBALANCE_FACTOR` / num_classes); None where either is not a number (not
+    recorded)."""
+    try:
+        share, classes = float(largest_share), float(num_classes)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(share) or math.isnan(classes) or classes < 1:
+        return None
+    return share > IMBALANCE_FACTOR / classes
+
+
+def macro_f1(jobs: pd.DataFrame, variant: dict[str, Any]) -> tuple[float, bool | None]:
+    """(mean test macro-F1 over the variant's finished replicates, whether its test set is imbalanced).
+
+    ``variant``: the variant's value of each variant key (a row of :func:`summarise`). Runs stopped by
+    ``trainer.max_time`` are left out, as from the accuracy; a seed run twice counts once (the mean of its runs).
+    Imbalance comes from the runs' ``test_largest_class_share`` and ``num_classes`` (:func:`imbalanced`; True if
+    any run's test set is), None where no run records them. The F1 is NaN where no run records :data:`F1`."""
+    runs = jobs[(jobs["status"] == STATUS_OK) & ~stopped_runs(jobs)] if "status" in jobs else jobs
+    for key, value in variant.items():
+        if key in runs:
+            runs = runs[runs[key].isna()] if _is_missing(value) else runs[runs[key].astype(str) == str(value)]
+    balance = [imbalanced(s, c) for s, c in zip(runs.get("test_largest_class_share", pd.Series(math.nan, runs.index)),
+                                                runs.get("num_classes", pd.Series(math.nan, runs.index)))]
+    known = [b for b in balance if b is not None]
+    skewed = any(known) if known else None
+    if F1 not in runs or runs.empty:
+        return math.nan, skewed
+    replicates = [k for k in REPLICATE_KEYS if k in runs]
+    values = _over_replicates(runs.assign(**{k: runs[k].astype(str) for k in replicates}), replicates, F1)
+    values = pd.to_numeric(values, errors="coerce").dropna()
+    return (float(values.mean()) if len(values) else math.nan), skewed

@@ -17,6 +17,12 @@ model presets, the parameters of each built model; so the docs' defaults tables 
     attnbench tables           # rewrite every generated table in place
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
+Sources named ``results:<table>`` are rendered from several published files under ``--root``:
+``results:lr-answers`` (the shared-lr and tuned-lr answers side by side), ``results:tuned-lr`` (the learning rate
+each score function was tuned to), ``results:literature`` (:data:`LITERATURE` beside attnbench's measurements); a
+stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table. A stage
+not published yet renders as a sentence saying so, never as numbers.
+
 ``--check`` (run by tests/test_readme_tables.py and CI) names every stale block, so a hand-edited number (or an
 edited source without a re-run) fails. On a page with generated tables, a four-decimal number in the prose (a quoted accuracy,
 paired Δ or interval end) must also appear in one of its generated tables (:func:`unsourced_prose_numbers`). Tables whose numbers come from runs whose result files are not in the repository are
@@ -643,6 +649,281 @@ RENDERERS.update({f"docs/results/{device}/attention_exponents.json": render_expo
 RENDERERS.update({source: render_two_machines for source in COMPARED_WITH})
 
 
+# --------------------------------------------------------------------------- power, equivalence, tuned lr, literature
+
+#: the learning-rate stages of attnbench reproduce: the grid of ``optim.lr`` on validation (seed 0), and ``compare``'s
+#: grid with each score function at its chosen lr; published as ``docs/results/<device>/<stage>[_jobs].csv``
+TUNE_STAGE, TUNED_STAGE = "tune_lr", "compare_tuned"
+#: the setting the tuning stage varies, and the validation figure a learning rate is chosen by (the highest wins)
+LR_KEY, TUNE_METRIC = "optim.lr", "val/acc_best"
+#: the setting of a stage's jobs.csv the equivalence tables pair within (besides attention and seed)
+PAIRED_BY = {"compare": ["data"], TUNED_STAGE: ["data"], "head_dim_sweep": ["model.head_dim"]}
+
+
+def _jobs_frame(rows: list[dict[str, str]]) -> Any:
+    """A jobs.csv's rows as the job table :func:`attnbench.analysis.stats.equivalence` reads (empty cells NaN)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).replace("", float("nan"))
+
+
+def _verdicts(rows: list[dict[str, str]], setting: list[str], baseline: str = BASELINE,
+              margin: float | None = None) -> Any:
+    """:func:`attnbench.analysis.stats.equivalence` of a jobs.csv's runs, paired within ``setting``.
+
+    Raises:
+        ValueError: the jobs.csv lacks a column the pairing needs.
+    """
+    from attnbench.analysis.stats import DEFAULT_MARGIN, equivalence
+
+    for column in ("status", "attention", "seed", "test/acc", *setting):
+        if rows and column not in rows[0]:
+            raise ValueError(f"the jobs.csv has no {column!r} column")
+    swept = [*setting, "attention", "seed"]
+    return equivalence(_jobs_frame(rows), swept, baseline, DEFAULT_MARGIN if margin is None else margin)
+
+
+def _interval(r: Any) -> str:
+    """Δ and its 95% interval in points (``−0.72 [−1.48, +0.03]``)."""
+    if math.isnan(r.lo):
+        return f"{_sign(r['diff'], 2)} (1 seed, no interval)"
+    return f"{_sign(r['diff'], 2)} [{_sign(r.lo, 2)}, {_sign(r.hi, 2)}]"
+
+
+def render_equivalence(rows: list[dict[str, str]], setting: str = "data") -> str:
+    """A stage's ``<stage>_jobs.csv`` (one row per run): per ``setting`` value and score function, Δ to
+    ``scaled_dot`` in points with its 95% interval, the minimum detectable difference at 80% power, the TOST p at
+    the default margin, the hosts and the verdict (:func:`attnbench.analysis.stats.equivalence`; the rule
+    :func:`attnbench.analysis.report.equivalence_rule` under the table)."""
+    from attnbench.analysis.report import equivalence_rule, hosts_text
+    from attnbench.analysis.stats import DEFAULT_MARGIN
+
+    table = _verdicts(rows, [setting])
+    if table.empty:
+        raise ValueError(f"no score function pairs with {BASELINE} by seed")
+    lines = [f"| {setting} | attention | pairs | Δ vs {BASELINE} (points, 95% CI) | MDD (points) | "
+             f"TOST p (±{DEFAULT_MARGIN:g}) | hosts | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r[setting]} | `{r.attention}` | {int(r.n)} | {_interval(r)} | "
+                     f"{'–' if math.isnan(r.mdd) else f'{r.mdd:.2f}'} | "
+                     f"{'–' if math.isnan(r.tost_p) else f'{r.tost_p:.3f}'} | {hosts_text(r)} | {r.verdict} |")
+    powerless = [str(v) for v, group in table.groupby(setting, sort=False) if (group["mdd"] > DEFAULT_MARGIN).all()]
+    lines += ["", equivalence_rule(DEFAULT_MARGIN, BASELINE)]
+    if powerless:
+        lines += ["", f"Left out of the equivalence verdict by the power rule (MDD > {DEFAULT_MARGIN:g} in every "
+                      f"comparison): {setting} = {', '.join(powerless)}."]
+    return "\n".join(lines) + "\n"
+
+
+def _published(root: Path, stage: str, device: str = "cpu") -> list[dict[str, str]] | None:
+    """The rows of ``docs/results/<device>/<stage>_jobs.csv`` under ``root``; None where it does not exist."""
+    path = root / "docs" / "results" / device / f"{stage}_jobs.csv"
+    return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8")))) if path.is_file() else None
+
+
+def _not_published(stage: str, device: str = "cpu") -> str:
+    return (f"*The `{stage}` stage has not been published: `docs/results/{device}/{stage}_jobs.csv` does not exist "
+            f"(`attnbench reproduce --stages {stage} --publish` writes it); no number of it is shown.*")
+
+
+def _lr_of(rows: list[dict[str, str]]) -> dict[tuple[str, str], str]:
+    """``(data, attention) -> optim.lr`` of a stage's finished runs, one value each (``"several"`` where they
+    differ)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        if r.get("status") in (None, "", "finished"):
+            found.setdefault((r.get("data", ""), r["attention"]), set()).add(r.get(LR_KEY) or "–")
+    return {k: v.pop() if len(v) == 1 else "several" for k, v in found.items()}
+
+
+def render_lr_answers(root: Path) -> str:
+    """The shared-lr and the tuned-lr answer side by side, per dataset and score function: Δ to ``scaled_dot`` (points,
+    95% interval) and the verdict of :func:`render_equivalence`, from ``compare_jobs.csv`` (every score function at
+    one lr) and ``compare_tuned_jobs.csv`` (each at its lr chosen on validation, :func:`render_tuned_lr`), and the
+    lr each ran at. A stage not published yet is said so in its cells; nothing is filled in for it."""
+    shared, tuned = _published(root, "compare"), _published(root, TUNED_STAGE)
+    if shared is None and tuned is None:
+        return _not_published("compare") + "\n"
+    tables = {name: (_verdicts(rows, ["data"]).set_index(["data", "attention"]) if rows else None, rows)
+              for name, rows in (("shared", shared), ("tuned", tuned))}
+    keys: list[tuple[str, str]] = []
+    for table, rows in tables.values():
+        if table is not None:  # the baseline's rows too: the lr it trained at
+            keys += [k for k in [*table.index, *((d, a) for d, a in _lr_of(rows) if a == BASELINE)] if k not in keys]
+    keys.sort(key=lambda k: (k[0], k[1] != BASELINE, k[1]))
+
+    def cells(name: str, key: tuple[str, str]) -> list[str]:
+        table, rows = tables[name]
+        if table is None:
+            return ["–", "not published", "–"]
+        lr = _lr_of(rows).get(key)
+        if lr is None:  # the stage has no finished run of it (compare_tuned leaves TREC out)
+            return ["–", "not run", "–"]
+        if key[1] == BASELINE:
+            return [lr, "–", "baseline"]
+        if key not in table.index:
+            return [lr, "–", "no pair"]
+        r = table.loc[key]
+        return [lr, _interval(r), r.verdict]
+
+    lines = [f"| data | attention | shared lr | Δ vs {BASELINE}, shared lr (points) | verdict, shared lr | tuned lr | "
+             f"Δ vs {BASELINE}, tuned lr (points) | verdict, tuned lr |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {data} | `{attention}` | " + " | ".join([*cells("shared", (data, attention)),
+                                                        *cells("tuned", (data, attention))]) + " |"
+              for data, attention in keys]
+    out = "\n".join(lines) + "\n"
+    if tuned is None:
+        out += "\n" + _not_published(TUNED_STAGE) + "\n"
+    return out
+
+
+def render_tuned_lr(root: Path) -> str:
+    """The learning rate each score function was tuned to, per dataset, from the tuning stage's choice
+    (``docs/results/cpu/tune_lr_chosen_lr.json``, written by ``attnbench reproduce``: ``values``
+    ``{data: {attention: {lr: val/acc_best}}}``, ``chosen`` ``{data: {attention: lr}}``, ``shared_lr``, ``metric``,
+    ``incomplete``): the validation figure at every grid value, the chosen one in bold, and, where
+    ``compare_tuned_jobs.csv`` is published, the lr its runs trained at, marked where it is not the chosen one. Says
+    so plainly where the stage is not published.
+
+    Raises:
+        KeyError: a choice file without ``values`` or ``chosen``.
+    """
+    path = root / "docs" / "results" / "cpu" / f"{TUNE_STAGE}_chosen_lr.json"
+    if not path.is_file():
+        return (f"*The `{TUNE_STAGE}` stage has not been published: `docs/results/cpu/{path.name}` does not exist "
+                f"(`attnbench reproduce --stages {TUNE_STAGE} --publish` writes it); no number of it is shown.*\n")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    values, chosen = data["values"], data["chosen"]
+    lrs = sorted({float(lr) for by_attention in values.values() for grid in by_attention.values() for lr in grid})
+    ran = _lr_of(_published(root, TUNED_STAGE) or [])
+    shared = data.get("shared_lr")
+    lines = ["| data | attention | " + " | ".join(f"lr {lr:g}" + (" (shared)" if lr == shared else "") for lr in lrs)
+             + f" | chosen lr | {TUNED_STAGE} ran at |", "|---|---|" + "---|" * (len(lrs) + 2)]
+    for data_name, by_attention in values.items():
+        for attention in attention_order(by_attention):
+            grid = {float(lr): v for lr, v in by_attention[attention].items()}
+            pick = chosen.get(data_name, {}).get(attention)
+            at = ran.get((data_name, attention))
+            shown = ("not published" if not ran else "–" if at is None else
+                     at if pick is not None and float(at) == float(pick) else f"{at} (not the chosen lr)")
+            lines.append(f"| {data_name} | `{attention}` | " + " | ".join(
+                "–" if grid.get(lr) is None else f"**{grid[lr]:.4f}**" if pick is not None and lr == float(pick)
+                else f"{grid[lr]:.4f}" for lr in lrs)
+                + f" | {'not chosen: runs missing' if pick is None else f'{float(pick):g}'} | {shown} |")
+    rule = (f"\nValidation figure: `{data.get('metric', TUNE_METRIC)}` of each run (seed 0); the highest is chosen, a "
+            "tie going to the shared learning rate, then to the smaller one.")
+    if data.get("incomplete"):
+        rule += f" Not chosen yet (a grid value's run missing): {', '.join(data['incomplete'])}."
+    return "\n".join(lines) + "\n" + rule + "\n"
+
+
+#: the literature's findings set beside attnbench's measurement of the same contrast: what the anchor found
+#: (``finding``; ``verified``: where the numbers were checked, or why not), the score function and the one it is
+#: compared with in attnbench (``compare`` vs ``against``, paired by seed), the published jobs.csv and the setting
+#: rows it is read at (``stage``, ``where``), and the direction the anchor's finding predicts for ``compare``
+#: (``expects``: better or worse); ``comparable: False`` with ``why`` where attnbench measures no counterpart
+LITERATURE = (
+    {"anchor": "Vaswani et al. 2017, §3.2.1",
+     "finding": "for large d_k unscaled dot products grow large and push the softmax into regions of tiny gradients; "
+                "scaling by 1/√d_k counters it (additive outperforms unscaled dot at larger d_k, after Britz et al.)",
+     "verified": "quoted from the paper's text (search: pages)",
+     "compare": "dot", "against": "scaled_dot", "stage": "head_dim_sweep", "where": {"model.head_dim": "256"},
+     "expects": "worse"},
+    {"anchor": "Britz et al. 2017",
+     "finding": "additive 22.10–22.47 BLEU against unscaled multiplicative 22.03 / 22.33 / 21.78 / 18.22 at "
+                "d = 128 / 256 / 512 / 1024 (WMT En→De): multiplicative falls behind at the largest d",
+     "verified": "not verified: the search tools returned the paper's abstract, not its attention table",
+     "compare": "additive", "against": "dot", "stage": "head_dim_sweep", "where": {"model.head_dim": "256"},
+     "expects": "better"},
+    {"anchor": "Luong et al. 2015",
+     "finding": "global attention: dot ahead of general (and concat, an additive score, behind both); local: general "
+                "best (WMT En↔De)",
+     "verified": "not verified: the search tools returned the abstract, not the comparison table",
+     "compare": "general", "against": "dot", "stage": "compare", "where": {}, "expects": "worse"},
+    {"anchor": "Luong et al. 2015",
+     "finding": "concat (an additive score) behind dot in global attention",
+     "verified": "not verified (as above)",
+     "compare": "additive", "against": "dot", "stage": "compare", "where": {}, "expects": "worse"},
+    {"anchor": "Henry et al. 2020",
+     "finding": "QK-norm (ℓ2-normalised queries and keys, a learned scale in place of 1/√d_k) +0.928 BLEU on "
+                "average over 5 low-resource translation pairs",
+     "verified": "abstract: 'improvements averaging 0.928 BLEU' (search: pages)",
+     "compare": "cosine", "against": "scaled_dot", "stage": "compare", "where": {}, "expects": "better"},
+    {"anchor": "Kim et al. 2021",
+     "finding": "dot-product self-attention is not Lipschitz; L2 self-attention is, with tied W_Q = W_K",
+     "verified": "abstract: dot-product not Lipschitz, L2 self-attention Lipschitz (search: pages); the tied-weight "
+                 "condition not verified",
+     "comparable": False,
+     "why": "attnbench's `euclidean` and `l2` keep W_Q and W_K untied, and no run measures a Lipschitz constant"},
+)
+
+
+def literature_verdict(table: Any, expects: str) -> str:
+    """Agree / disagree / not resolved of attnbench's paired comparisons (:func:`attnbench.analysis.stats.equivalence`
+    rows, one per setting) with an anchor's direction ``expects`` (``better`` or ``worse``): *agree* where some
+    setting's 95% interval excludes 0 in that direction and none in the other; *disagree* where some excludes 0
+    the other way and none this way; *mixed* where both occur; *not resolved* where no interval excludes 0 (the
+    equivalence verdicts say whether the difference is small). A setting whose runs crossed hosts with no measure of
+    what a host changes (*cross-host, unmeasured*) resolves nothing."""
+    table = table[~table["verdict"].str.contains("cross-host, unmeasured", regex=False)]
+    up, down = int((table["lo"] > 0).sum()), int((table["hi"] < 0).sum())
+    along, against = (up, down) if expects == "better" else (down, up)
+    if along and against:
+        return "mixed"
+    return "agree" if along else "disagree" if against else "not resolved"
+
+
+def render_literature(root: Path) -> str:
+    """The literature's findings (:data:`LITERATURE`) beside attnbench's paired measurement of the same contrast in
+    the published jobs.csv, with agree / disagree / not resolved (:func:`literature_verdict`) or *not comparable*
+    and why. A stage not published yet is said so."""
+    lines = ["| anchor | their finding | attnbench's measurement (source) | attnbench | verdict |",
+             "|---|---|---|---|---|"]
+    for a in LITERATURE:
+        if a.get("comparable", True) is False:
+            lines.append(f"| {a['anchor']} | {a['finding']} | – | – | not comparable: {a['why']} |")
+            continue
+        source = f"docs/results/cpu/{a['stage']}_jobs.csv"
+        rows = _published(root, a["stage"])
+        where = ", ".join(f"{k} = {v}" for k, v in a["where"].items())
+        link = f"[`{Path(source).name}`]({source.removeprefix('docs/')})"
+        what = f"`{a['compare']}` − `{a['against']}`, test acc, paired by seed{', ' + where if where else ''} ({link})"
+        if rows is None:
+            lines.append(f"| {a['anchor']} | {a['finding']} | {what} | – | "
+                         f"the `{a['stage']}` stage is not published |")
+            continue
+        setting = PAIRED_BY[a["stage"]]
+        table = _verdicts(rows, setting, baseline=a["against"])
+        table = table[table["attention"] == a["compare"]]
+        for key, value in a["where"].items():
+            table = table[table[key].astype(str).map(lambda v: _num(v) == _num(value) if _is_number(v) else v == value)]
+        if table.empty:
+            lines.append(f"| {a['anchor']} | {a['finding']} | {what} | – | no such pair in {source} |")
+            continue
+        shown = "; ".join(f"{r[setting[0]]}: {_interval(r)}" for _, r in table.iterrows())
+        lines.append(f"| {a['anchor']} | {a['finding']} | {what} | {shown} | "
+                     f"{literature_verdict(table, a['expects'])} (expects {a['compare']} {a['expects']}) |")
+    lines += ["", "Verdict: *agree* where a setting's 95% paired interval (in points) excludes 0 in the direction the "
+                  "anchor's finding predicts and none the other way; *disagree* the reverse; *mixed* both; *not "
+                  "resolved* where no interval excludes 0; *not comparable* where attnbench measures no counterpart. "
+                  "The anchors measured BLEU on translation, attnbench test accuracy on classification: only the "
+                  "direction is compared, never the size. Checked against the papers: "
+              + "; ".join(f"{a['anchor']}: {a['verified']}" for a in LITERATURE) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+RENDERERS.update({f"docs/results/{device}/{stage}_jobs.csv": functools.partial(render_equivalence, setting="data")
+                  for device in ("cpu", "gpu") for stage in ("compare", TUNED_STAGE)})
+
+
 # --------------------------------------------------------------------------- tables of the composed config
 #: the run keys of ``config:defaults`` besides every ``optim.*``/``compile.*`` field and every score function option
 RUN_KEYS = ("seed", "trainer.max_epochs", "trainer.log_every_n_steps", "callbacks.attention_diagnostics.every_n_steps",
@@ -927,6 +1208,9 @@ def render_cost_answer(root: Path) -> str:
 
 
 CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
+    "results:lr-answers": render_lr_answers,
+    "results:tuned-lr": render_tuned_lr,
+    "results:literature": render_literature,
     "config:groups": render_config_groups,
     "config:defaults": render_run_defaults,
     "config:data-defaults": render_data_defaults,

@@ -1,0 +1,117 @@
+"""The generated tables of the power-and-equivalence answer: per stage's jobs.csv, shared against tuned lr, the
+tuned-lr grid, and the literature beside the numbers; each from files under a repository root, or a plain
+sentence where a stage is not published."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from attnbench.analysis import tables
+
+
+def _write(root, stage, rows):
+    path = root / "docs" / "results" / "cpu" / f"{stage}_jobs.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _row(data, attention, seed, acc, lr="0.001", **extra):
+    return {"job": f"{attention}-{data}-s{seed}", "status": "finished", "data": data, "attention": attention,
+            "seed": str(seed), "test/acc": str(acc), "optim.lr": lr, "train_host": "", "stopped_by": "", **extra}
+
+
+BASE = [0.800, 0.812, 0.795, 0.808, 0.803]
+
+
+def _compare(shift, lr=None):
+    lr = lr or {}
+    return ([_row("sst2", "scaled_dot", s, x, lr.get("scaled_dot", "0.001")) for s, x in enumerate(BASE)]
+            + [_row("sst2", "dot", s, x + d, lr.get("dot", "0.001")) for s, (x, d) in enumerate(zip(BASE, shift))])
+
+
+def test_equivalence_table_of_a_jobs_csv_in_points():
+    shift = [-0.004, -0.002, -0.006, -0.003, -0.005]
+    text = tables.render_equivalence(_compare(shift))
+    line = next(l for l in text.splitlines() if l.startswith("| sst2 | `dot`"))
+    diffs = [100 * d for d in shift]
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    half = stats.t.ppf(0.975, 4) * sd / 5 ** 0.5
+    assert f"{tables._sign(mean, 2)} [{tables._sign(mean - half, 2)}, {tables._sign(mean + half, 2)}]" in line
+    assert line.endswith("| not recorded | equivalent within ±1 (resolved, smaller than the margin) |")
+
+
+def test_lr_answers_say_when_the_tuned_stage_is_not_published(tmp_path):
+    assert "has not been published" in tables.render_lr_answers(tmp_path)
+    _write(tmp_path, "compare", _compare([-0.01] * 5))
+    text = tables.render_lr_answers(tmp_path)
+    assert "`compare_tuned` stage has not been published" in text
+    line = next(l for l in text.splitlines() if l.startswith("| sst2 | `dot`"))
+    assert line.endswith("| – | not published | – |") and "| 0.001 | −1.00 " in line
+    # each score function at its own lr: paired with scaled_dot all the same
+    _write(tmp_path, "compare_tuned", _compare([0.001, 0.002, 0.0, 0.001, 0.001],
+                                               {"dot": "0.0003", "scaled_dot": "0.003"}))
+    text = tables.render_lr_answers(tmp_path)
+    assert "has not been published" not in text
+    line = next(l for l in text.splitlines() if l.startswith("| sst2 | `dot`"))
+    assert "| 0.0003 | +0.10 [" in line
+    assert next(l for l in text.splitlines() if l.startswith("| sst2 | `scaled_dot`")).endswith(
+        "| 0.001 | – | baseline | 0.003 | – | baseline |")
+
+
+def test_tuned_lr_grid_and_the_chosen_lr(tmp_path):
+    assert "`tune_lr` stage has not been published" in tables.render_tuned_lr(tmp_path)
+    choice = {"metric": "val/acc_best", "shared_lr": 0.001,
+              "chosen": {"sst2": {"scaled_dot": 0.001, "dot": 0.0003}},
+              "values": {"sst2": {"dot": {"0.0003": 0.79, "0.001": 0.79, "0.003": 0.70},
+                                  "scaled_dot": {"0.0003": 0.80, "0.001": 0.82, "0.003": 0.81},
+                                  "cosine": {"0.0003": 0.8, "0.001": None, "0.003": 0.81}}},
+              "incomplete": ["sst2/cosine"]}
+    path = tmp_path / "docs" / "results" / "cpu" / "tune_lr_chosen_lr.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(choice))
+    text = tables.render_tuned_lr(tmp_path)
+    lines = {l.split(" | ")[1]: l for l in text.splitlines() if l.startswith("| sst2")}
+    assert list(lines) == ["`scaled_dot`", "`cosine`", "`dot`"]
+    assert lines["`scaled_dot`"] == "| sst2 | `scaled_dot` | 0.8000 | **0.8200** | 0.8100 | 0.001 | not published |"
+    assert lines["`dot`"] == "| sst2 | `dot` | **0.7900** | 0.7900 | 0.7000 | 0.0003 | not published |"
+    assert lines["`cosine`"] == "| sst2 | `cosine` | 0.8000 | – | 0.8100 | not chosen: runs missing | not published |"
+    assert "lr 0.001 (shared)" in text and "Not chosen yet (a grid value's run missing): sst2/cosine." in text
+    _write(tmp_path, "compare_tuned", _compare([0.0] * 5, {"dot": "0.001", "scaled_dot": "0.001"}))
+    text = tables.render_tuned_lr(tmp_path)
+    assert "| 0.0003 | 0.001 (not the chosen lr) |" in text and text.count("| 0.001 | 0.001 |") == 1
+
+
+@pytest.mark.parametrize("lo, hi, expects, verdict", [
+    ([0.1, -1.0], [0.5, 1.0], "better", "agree"), ([0.1, -1.0], [0.5, 1.0], "worse", "disagree"),
+    ([0.1, -2.0], [0.5, -1.0], "better", "mixed"), ([-0.1, -1.0], [0.5, 1.0], "worse", "not resolved")])
+def test_literature_verdict_rule(lo, hi, expects, verdict):
+    table = pd.DataFrame({"lo": lo, "hi": hi, "verdict": ["x", "x"]})
+    assert tables.literature_verdict(table, expects) == verdict
+    unmeasured = table.assign(verdict="undetermined (cross-host, unmeasured)")
+    assert tables.literature_verdict(unmeasured, expects) == "not resolved"
+
+
+def test_literature_table_from_the_published_stages(tmp_path):
+    text = tables.render_literature(tmp_path)
+    assert "the `compare` stage is not published" in text and "not comparable: attnbench's `euclidean`" in text
+    rows = _compare([0.0] * 5) + [_row("sst2", "cosine", s, x + 0.01 + 0.001 * s) for s, x in enumerate(BASE)]
+    _write(tmp_path, "compare", rows)
+    henry = next(l for l in tables.render_literature(tmp_path).splitlines() if l.startswith("| Henry"))
+    assert henry.endswith("| agree (expects cosine better) |") and "sst2: +1.20 [" in henry
+
+
+def test_lr_answers_of_a_dataset_the_tuned_stage_leaves_out(tmp_path):
+    _write(tmp_path, "compare", _compare([0.0] * 5) + [_row("trec", a, s, 0.8) for a in ("scaled_dot", "dot")
+                                                         for s in range(3)])
+    _write(tmp_path, "compare_tuned", _compare([0.0] * 5))
+    line = next(l for l in tables.render_lr_answers(tmp_path).splitlines() if l.startswith("| trec | `dot`"))
+    assert line.endswith("| – | not run | – |")

@@ -89,6 +89,46 @@ def test_bad_values_are_refused_before_any_data_work(override, message):
     assert str(err.value).startswith(message)
 
 
+def test_a_value_a_score_function_refuses_answers_before_lightning_and_data_load(toy, tmp_path):
+    """`attention.hidden_dim=-1` (additive), `attention.init_temperature=-1` (cosine) and an option an
+    out-of-package score function (hydra.searchpath) refuses were only checked once Lightning had loaded and the
+    run had started (9-12 s): the command line builds the attention module itself after the torch-free checks
+    (attnbench.config.check_attention), so the answer comes before Lightning is imported and before any data
+    work (no data cache is created)."""
+    (tmp_path / "strictpkg").mkdir()
+    (tmp_path / "strictpkg" / "__init__.py").write_text(
+        "from attnbench.attention.scaled_dot import ScaledDotScore\n\n\n"
+        "class StrictScore(ScaledDotScore):\n"
+        "    name = 'strict'\n\n"
+        "    def __init__(self, n_heads, head_dim, margin=1.0):\n"
+        "        if not margin > 0:\n"
+        "            raise ValueError(f'strict: attention.margin must be > 0, got {margin}')\n"
+        "        super().__init__(n_heads=n_heads, head_dim=head_dim)\n")
+    (tmp_path / "conf" / "attention").mkdir(parents=True)
+    (tmp_path / "conf" / "attention" / "strict.yaml").write_text("_target_: strictpkg.StrictScore\nname: strict\n"
+                                                                 "margin: 1.0\n")
+    cases = [
+        (["attention=additive", "attention.hidden_dim=-1"],
+         "invalid config: additive: attention.hidden_dim must be >= 1 (or null for head_dim), got -1"),
+        (["attention=cosine", "attention.init_temperature=-1"],
+         "invalid config: cosine: attention.init_temperature must be > 0 (or null for √head_dim), got -1.0"),
+        (["attention=strict", "attention.margin=0", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"],
+         "invalid config: strict: attention.margin must be > 0, got 0"),
+    ]
+    cache = tmp_path / "cache"
+    for overrides, message in cases:
+        env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-X", "importtime", "train.py", *toy, f"data.cache_dir={cache}",
+                               "logger=none", f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=REPO_ROOT,
+                              capture_output=True, text=True, env={**os.environ, **env}, timeout=180, check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        assert proc.returncode == 1 and errors == [f"Error: {message}"], (overrides, proc.stderr[-3000:])
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "torch" in imported and "pytorch_lightning" not in imported, overrides
+        assert not cache.exists(), overrides
+
+
 @pytest.mark.parametrize("override, message", [
     ("seed=abc", "seed must be an integer, got 'abc'"),
     ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),

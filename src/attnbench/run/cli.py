@@ -2,8 +2,9 @@
 
 Nothing here imports torch or Lightning at module level: ``--help``, a misspelt key, an unknown
 option, the checks of :func:`attnbench.config.check_run_config` and a job with no data anywhere
-(:func:`check_data_source`) answer before they load (:mod:`attnbench.run.train` is imported only when a job
-really starts).
+(:func:`check_data_source`) answer before they load; a value the score function refuses answers once torch has
+loaded (:func:`attnbench.config.check_attention`), before Lightning and any data work
+(:mod:`attnbench.run.train` is imported only when a job really starts).
 
 - :func:`run_cli`: one ``Error: ...`` line for the user's mistakes (a misspelt key gets the closest
   valid keys, a value of the wrong type what it must be), a multirun finishes its other jobs when one
@@ -26,7 +27,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from attnbench.config import check_run_config, config_dir, type_error_message
+from attnbench.config import check_attention, check_run_config, config_dir, type_error_message
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.run.failures import task_wrapper
 from attnbench.run.hydra_callbacks import _SWEEP, HELD_SUBDIR_ENV, settle_sweep, sweep_summary
@@ -158,6 +159,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     metric = cfg.get("optimized_metric")
     check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
     check_data_source(cfg)  # no data anywhere: the data error in about a second too
+    check_attention(cfg)  # a value the score function refuses: torch only, no Lightning, no data (two seconds)
     from attnbench.run.ddp import ddp_job_scope
     from attnbench.run.train import train
 

@@ -537,9 +537,9 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
     run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
     refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
-    model, other settings than the run's own, a damaged checkpoint) ends in one line and leaves every byte of the
-    dir as it was, with any
-    hydra/job_logging (`default` writes <job name>.log through a plain logging.FileHandler), hydra.job.chdir."""
+    model, other settings than the run's own, a damaged checkpoint, a trainer Lightning refuses) ends in one line and
+    leaves every byte of the dir as it was, with any hydra/job_logging (`default` writes <job name>.log through a
+    plain logging.FileHandler), hydra.job.chdir."""
     finished, stopped = tmp_path / "finished", tmp_path / "stopped"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
     proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={finished}"])
@@ -553,6 +553,11 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     last = (damaged / "checkpoints" / "last.ckpt").resolve()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     cases = [
+        # a trainer Lightning refuses, into an interrupted run: refused before any logger is built (the CSV log would
+        # set metrics.csv aside as metrics.part1.csv, W&B would create wandb/offline-run-*) and before data work
+        (stopped, ["trainer.devices=0", "logger=wandb"], "invalid trainer config: `Trainer(devices=0)` value is not"),
+        *([] if torch.cuda.is_available() else [
+            (stopped, ["trainer=gpu", "logger=wandb"], "invalid trainer config: No supported gpu backend found!")]),
         (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
         (finished, ["seed=7", "hydra/job_logging=default"], f"{finished} already holds a previous run's outputs"),
         (stopped, ["optim.lr=-1"], "holds a run with other settings than this command's (1 differ: optim.lr: "),

@@ -580,6 +580,40 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "stopped"], extra
 
 
+@pytest.mark.parametrize("where", ["hydra.run.dir={file}", "hydra.run.dir={file}/run",
+                                   "hydra.run.dir={file} ckpt_path=last", "-m hydra.sweep.dir={file} seed=0,1"])
+def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path, where):
+    """`hydra.run.dir=<an existing regular file>` trained silently into `<file>_2`; a path through a file, a resume
+    and a sweep dir alike now end in one line naming the file, before anything is written or loaded."""
+    file = tmp_path / "notes.txt"
+    file.write_text("a file")
+    args = where.format(file=file).split()
+    proc = _cli([*[a for a in args if a == "-m"], "logger=none", *[a for a in args if a != "-m"]], timeout=120)
+    what = "it is a file, not a folder" if where.endswith(("{file}", "ckpt_path=last", "seed=0,1")) else \
+        f"{file} is a file, not a folder"
+    key = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+    target = file / "run" if "/run" in where else file
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"Error: cannot create the output dir {target}: {what}. Choose a writable {key}=<dir>."), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and file.read_text() == "a file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_damaged_checkpoint_is_named_in_one_whole_sentence(tmp_path):
+    """torch.load's text was cut at 160 characters mid-sentence (`... in order to u`): the message quotes whole
+    sentences of it only, or its exception type alone, and says what to do."""
+    from attnbench.run.resume import load_checkpoint
+
+    garbage = tmp_path / "checkpoints" / "last.ckpt"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"not a checkpoint " * 20)
+    with pytest.raises(ConfigError) as err:
+        load_checkpoint(garbage)
+    assert str(err.value) == (f"{garbage} is not a readable checkpoint (truncated or damaged: torch.load raised "
+                              f"RuntimeError); resume from another .ckpt file of {garbage.parent} (ckpt_path=<file>), "
+                              "or start afresh.")
+
+
 def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
     """Every file's bytes and every directory of ``folder``."""
     return _files(folder), sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_dir())

@@ -14,6 +14,7 @@ No torch import: they run in the launching process before any job starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
     A directory is claimed by creating ``marker`` in it with an exclusive create,
     so two processes racing for one name never both get it.
     """
+    must_be_a_folder(path)
     for i in range(1, 10_000):
         candidate = path if i == 1 else path.with_name(f"{path.name}_{i}")
         if candidate.is_dir() and any(candidate.iterdir()) or candidate.exists() and not candidate.is_dir():
@@ -50,6 +52,21 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
             continue
         return candidate
     raise ConfigError(f"no free output directory next to {path}")
+
+
+def must_be_a_folder(path: Path) -> None:
+    """Refuse an output dir that names something other than a folder (a regular file, or a path through one),
+    instead of writing next to it.
+
+    Raises:
+        NotADirectoryError: naming ``path``.
+    """
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                what = "it is a file, not a folder" if part == path else f"{part} is a file, not a folder"
+                raise NotADirectoryError(errno.ENOTDIR, what, str(path))
+            return
 
 
 def _or_exit(claim: Any, key: str) -> Any:
@@ -88,6 +105,7 @@ class FreshOutputDir(HydraCallback):
             return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
         wanted = Path(str(config.hydra.run.dir))
         if config.get("ckpt_path"):  # resuming: the run continues in the dir it names (ckpt_path=last)
+            _or_exit(lambda: must_be_a_folder(wanted), "hydra.run.dir")
             if wanted.is_dir() and any(wanted.iterdir()):  # nothing is written there until training starts
                 from attnbench.run.outputs import check_output_dir, hold_writes
 
@@ -105,6 +123,7 @@ class FreshOutputDir(HydraCallback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         wanted = Path(str(config.hydra.sweep.dir))
         if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
+            _or_exit(lambda: must_be_a_folder(wanted), "hydra.sweep.dir")
             if wanted.is_dir() and any(wanted.iterdir()):
                 _or_exit(lambda: check_same_sweep(config, wanted), "hydra.sweep.dir")
                 _or_exit(lambda: hold_sweep_writes(config, wanted), "hydra.sweep.dir")

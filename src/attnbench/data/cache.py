@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 #: part of every cache key: raise it when the code builds different rows, splits or token ids from the same spec,
 #: so that no cache built by other code is read
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 
 
 def cache_key(name: str, spec: dict[str, Any]) -> str:

@@ -495,6 +495,8 @@ def test_wandb_bad_entity_still_trains_and_logs_offline(toy, tmp_path, monkeypat
                                      "logger.wandb.init_timeout=20", f"+output_dir={out}"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["wandb_mode"] == "offline" and metrics["test/acc"] == summary["test/acc"]
+    # what the sweep's summary reads to put the macro-F1 beside an imbalanced accuracy (the toy test set: 20 + 20)
+    assert metrics["num_classes"] == 2 and metrics["test_largest_class_share"] == 0.5
     run = _wandb_run(out)
     assert run["state"] == "finished" and run["summary"]["test/acc"] == pytest.approx(summary["test/acc"])
 
@@ -622,45 +624,71 @@ def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
 @pytest.mark.slow  # a sweep and two refused sweeps, each a train.py -m process; the single run's case above is default
 def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy, tmp_path):
     """A sweep resumed into a finished sweep dir (`-m ... ckpt_path=last hydra.sweep.dir=<sweep>`) whose jobs
-    are all refused before training (each job dir holds a finished run), with either job_logging, ends with the
-    failed jobs listed and exit code 1; another sweep (`seed=7,8`) into that dir is refused before Hydra writes
-    anything. Both leave every file and folder of the sweep dir as it was: Hydra's multirun.yaml and each job's
-    .hydra/ copy and log file, the jobs' records; nothing is left next to it. A resume whose job trains moves the
-    sweep's new multirun.yaml and records in."""
+    had all finished (each job dir holds a finished run), with either job_logging, ends with the jobs listed as
+    done and exit code 0; another sweep (`seed=7,8`) into that dir is refused before Hydra writes anything. Both
+    leave every file and folder of the sweep dir as it was: Hydra's multirun.yaml and each job's .hydra/ copy and
+    log file, the jobs' records; nothing is left next to it. A resume whose job trains moves the sweep's new
+    multirun.yaml and records in."""
     sweep = tmp_path / "sweep"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps",
             "trainer.max_steps=2", "trainer.val_check_interval=2"]
     proc = _cli(["-m", *base, "seed=0,1", f"hydra.sweep.dir={sweep}"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in sweep.glob("*/metrics.json")) == ["metrics.json"] * 2
-    refused = "nothing was written into their dirs"
-    for extra, message in ((["seed=0,1"], refused), (["seed=0,1", "hydra/job_logging=default"], refused),
+    done = f"Sweep {sweep}: 2 jobs, 0 failed, 2 done before (skipped, results kept)"
+    for extra, message in ((["seed=0,1"], done), (["seed=0,1", "hydra/job_logging=default"], done),
                            (["seed=7,8"], f"Error: {sweep} already holds a previous sweep's outputs (the sweep of "
                                           f"`{' '.join(sorted([*base, 'seed=0,1']))}`); it is never overwritten.")):
         before = _tree(sweep)
         proc = _cli(["-m", *base, *extra, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=300)
-        assert proc.returncode == 1, (extra, proc.stderr[-3000:])
-        assert message in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
-        if message == refused:
-            assert f"Sweep {sweep}: 2 jobs, 2 failed (refused or failed before training: {refused})" in proc.stderr
-            assert len(re.findall(r"^  failed  \S+  Error: \S+ already holds a previous run's outputs \(metrics.json\)",
-                                  proc.stderr, re.MULTILINE)) == 2, proc.stderr[-3000:]
+        assert proc.returncode == (0 if message == done else 1), (extra, proc.stderr[-3000:])
+        assert message in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
+        if message == done:
+            assert len(re.findall(r"^  done    \d_scaled_dot-toy-s\d  test/acc 0\.\d{4}  ", proc.stdout,
+                                  re.MULTILINE)) == 2, proc.stdout[-3000:]
         assert _tree(sweep) == before, extra
         assert [p.name for p in tmp_path.iterdir()] == ["sweep"], extra
     job = next(sweep.glob("1_*"))
-    (job / "metrics.json").unlink()  # job 1 resumes from its last checkpoint, job 0 is refused
+    (job / "metrics.json").unlink()  # job 1 resumes from its last checkpoint, job 0 is done
     log_before = (job / "train.log").read_text()
     proc = _cli(["-m", *base, "seed=0,1", "hydra/job_logging=default", "ckpt_path=last", f"hydra.sweep.dir={sweep}"],
                 timeout=300)
-    assert proc.returncode == 1 and f"Sweep {sweep}: 2 jobs, 1 failed" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0 and f"Sweep {sweep}: 2 jobs, 0 failed, 1 done before" in proc.stdout, proc.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in sorted((sweep / ".attnbench-jobs").glob("*.json"))]
-    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "failed", False), (1, "completed", True)]
+    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "completed", False),
+                                                                        (1, "completed", True)]
     multirun = (sweep / "multirun.yaml").read_text()
     assert "- ckpt_path=last" in multirun and f"dir: {sweep}\n" in multirun
     assert (job / "metrics.json").is_file() and (job / "train.log").read_text() == log_before
     assert "Resuming from" in (job / "cli.log").read_text()  # hydra/job_logging=default: <job name>.log
     assert "class: logging.FileHandler" in (job / ".hydra" / "hydra.yaml").read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+def test_a_resumed_sweep_skips_its_finished_jobs_as_done_and_exits_0(toy, tmp_path):
+    """A resumed sweep whose jobs had finished refused them ("already holds a previous run's outputs") and exited 1.
+    Each is done, as `attnbench reproduce` counts it: skipped before torch loads, its dir kept byte for byte,
+    listed as `done` with its figures (the macro-F1 beside test/acc on an imbalanced test set, as in a single
+    run's summary), and the sweep exits 0."""
+    sweep = tmp_path / "sweep"
+    overrides = [*toy, "logger=none", "seed=0,1"]
+    (sweep).mkdir()
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": overrides}}}))
+    figures = {0: {"test/acc": 0.9, "test/f1_macro": 0.55, "num_classes": 2, "test_largest_class_share": 0.9,
+                   "train/tokens_per_sec": 1234.0},
+               1: {"test/acc": 0.75, "test/f1_macro": 0.74, "num_classes": 2, "test_largest_class_share": 0.5}}
+    for seed, metrics in figures.items():
+        (sweep / f"{seed}_scaled_dot-toy-s{seed}").mkdir()
+        (sweep / f"{seed}_scaled_dot-toy-s{seed}" / "metrics.json").write_text(json.dumps(metrics))
+    before = _tree(sweep)
+    proc = _cli(["-m", *overrides, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-4:] == [
+        f"Sweep {sweep}: 2 jobs, 0 failed, 2 done before (skipped, results kept)",
+        "  done    0_scaled_dot-toy-s0  test/acc 0.9000 (macro-F1 0.5500)  train tokens/s 1,234  test tokens/s -",
+        "  done    1_scaled_dot-toy-s1  test/acc 0.7500  train tokens/s -  test tokens/s -",
+        f"Report: attnbench report {sweep}"], proc.stdout[-3000:]
+    assert _tree(sweep) == before and [p.name for p in tmp_path.iterdir()] == ["sweep"]
 
 
 def test_a_sweep_resumes_only_the_sweep_its_dir_holds(tmp_path):

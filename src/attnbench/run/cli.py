@@ -152,11 +152,16 @@ def hydra_main(cfg: DictConfig) -> float | None:
     Every failure ends in :func:`attnbench.run.failures.task_wrapper`: one line, ``failure.json``.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    metric = cfg.get("optimized_metric")
     if os.environ.get(HELD_SUBDIR_ENV) is not None:  # a job of a sweep resumed in its sweep dir: nothing is
-        from attnbench.run.outputs import hold_writes  # written into its dir until training starts
+        from attnbench.run.outputs import finished_run, hold_writes  # written into its dir until training starts
 
         hold_writes(job_output_dir(cfg), os.environ[HELD_SUBDIR_ENV] or None)
-    metric = cfg.get("optimized_metric")
+        finished = finished_run(job_output_dir(cfg))
+        if finished is not None:  # done before: kept as it is, reported as done (as `attnbench reproduce` does)
+            log.info("%s holds a finished run (metrics.json): kept as it is, not run again", job_output_dir(cfg))
+            value = finished.get(metric) if metric else None
+            return float(value) if isinstance(value, int | float) else None
     check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
     check_data_source(cfg)  # no data anywhere: the data error in about a second too
     check_attention(cfg)  # a value the score function refuses: torch only, no Lightning, no data (two seconds)

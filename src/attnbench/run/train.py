@@ -307,6 +307,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
             logger.save()
     info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
     info["stopped_by"] = stopped_by
+    info.update(class_balance(datamodule))  # the sweep's summary reads them too (macro-F1 beside an imbalanced acc)
     info.update(measured_on)
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
@@ -319,7 +320,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
     finish_wandb(wandb_logger)
     to_log_files(logging.INFO, "Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     # once, headline first; all figures are in metrics.json
-    print(format_summary(summary, {**info, **class_balance(datamodule)}), flush=True)
+    print(format_summary(summary, info), flush=True)
     return summary
 
 

@@ -653,7 +653,8 @@ def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy
     log_before = (job / "train.log").read_text()
     proc = _cli(["-m", *base, "seed=0,1", "hydra/job_logging=default", "ckpt_path=last", f"hydra.sweep.dir={sweep}"],
                 timeout=300)
-    assert proc.returncode == 0 and f"Sweep {sweep}: 2 jobs, 0 failed, 1 done before" in proc.stdout, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"Sweep {sweep}: 2 jobs, 0 failed, 1 done before" in proc.stdout, proc.stdout[-3000:]
     records = [json.loads(p.read_text()) for p in sorted((sweep / ".attnbench-jobs").glob("*.json"))]
     assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "completed", False),
                                                                         (1, "completed", True)]

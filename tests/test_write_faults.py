@@ -83,8 +83,8 @@ def test_a_run_whose_disk_fills_ends_in_one_error_naming_the_full_folder(toy, sm
 
 
 @pytest.mark.parametrize("case", ["full", "read-only", "a file"])
-def test_a_data_cache_that_cannot_be_written_is_one_line_naming_the_folder_and_the_setting(toy, small_disk,  # noqa: F811
-                                                                                           tmp_path, case):
+def test_an_unwritable_data_cache_is_one_line_naming_the_folder_and_the_setting(toy, small_disk,  # noqa: F811
+                                                                               tmp_path, case):
     """data.cache_dir on a full disk, a read-only one, or under a regular file: a raw OSError (or tokenizers'
     `Exception: ... (os error 28)`) before; now one DataConfigError naming the folder and data.cache_dir /
     ATTNBENCH_CACHE_DIR, and nothing half-written left in the folder."""

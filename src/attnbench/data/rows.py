@@ -2,9 +2,8 @@
 
 Policy (counted per split in the log and in the cache's ``meta.json``): texts with no visible character (empty,
 whitespace only, or only format and control characters such as U+200B ZERO WIDTH SPACE, U+FEFF and U+00AD SOFT
-HYPHEN, or lone combining marks: :func:`has_visible_character`) and nulls are dropped whatever the tokenizer, as are texts the tokenizer
-cuts into no token (the data module's check); bytes that are not
-valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
+HYPHEN, or lone combining marks: :func:`has_visible_character`) and nulls are dropped whatever the tokenizer,
+as are texts the tokenizer cuts into no token (the data module's check); bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
 columns, and labels that are missing (None, NaN), floats or of mixed types (within a split or across splits) stop
 the job with a :class:`DataConfigError` naming the split."""
 

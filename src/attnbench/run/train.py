@@ -5,8 +5,9 @@
     attnbench-train --help                            # config groups and options
 
 Check the config (the trainer too), claim the output dir, build data, model, callbacks, trainer and, once nothing
-can refuse the run, the loggers from their ``_target_`` configs, fit, test the best checkpoint, write ``metrics.json``. The command line around it is
-:mod:`attnbench.run.cli`; every fault's message is made in :mod:`attnbench.run.failures`.
+can refuse the run, the loggers from their ``_target_`` configs, fit, test the best checkpoint, write
+``metrics.json``. The command line around it is :mod:`attnbench.run.cli`; every fault's message is made in
+:mod:`attnbench.run.failures`.
 """
 
 from __future__ import annotations

@@ -743,9 +743,10 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     io.save_checkpoint({"global_step": 13, "state_dict": {"w": torch.ones(1000)}}, folder / "last.ckpt")
     good = (folder / "last.ckpt").read_bytes()
 
-    def disk_full(obj, path):
-        Path(path).write_bytes(b"half a checkpoint")
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def disk_full(obj, file):  # torch.save into the open temporary file, as a full disk makes Python's write fail
+        file.write(b"half a checkpoint")
+        file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(resume.torch, "save", disk_full)
     with pytest.raises(OSError) as err:
@@ -756,7 +757,7 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     # a kill in the middle of the write (SIGKILL: no clean-up runs): the previous file is whole and still the one
     # `ckpt_path=last` takes; the partial write lies in checkpoints/ under a name no resume picks
     script = (f"import os, signal, torch\nfrom attnbench.run import resume\n"
-              f"def killed(obj, path):\n    open(path, 'wb').write(b'half')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"def killed(obj, file):\n    file.write(b'half')\n    file.flush()\n    os.kill(os.getpid(), signal.SIGKILL)\n"
               f"resume.torch.save = killed\n"
               f"resume.AtomicCheckpointIO().save_checkpoint({{'global_step': 26}}, {str(folder / 'last.ckpt')!r})\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)

@@ -582,8 +582,9 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "stopped"], extra
 
 
-@pytest.mark.parametrize("where", ["hydra.run.dir={file}", "hydra.run.dir={file}/run",
-                                   "hydra.run.dir={file} ckpt_path=last", "-m hydra.sweep.dir={file} seed=0,1"])
+@pytest.mark.parametrize("where", [  # two of the four cases by default (each is a train.py process)
+    "hydra.run.dir={file}", pytest.param("hydra.run.dir={file}/run", marks=pytest.mark.slow),
+    pytest.param("hydra.run.dir={file} ckpt_path=last", marks=pytest.mark.slow), "-m hydra.sweep.dir={file} seed=0,1"])
 def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path, where):
     """`hydra.run.dir=<an existing regular file>` trained silently into `<file>_2`; a path through a file, a resume
     and a sweep dir alike now end in one line naming the file, before anything is written or loaded."""

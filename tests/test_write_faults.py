@@ -38,7 +38,7 @@ def small_disk(tmp_path):
 
     yield mount
     for folder in mounts:
-        subprocess.run(["umount", str(folder)], capture_output=True, check=False)
+        subprocess.run(["umount", "--lazy", str(folder)], capture_output=True, check=False)  # a file may be open
 
 
 def _fill(folder: Path) -> None:

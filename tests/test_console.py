@@ -119,6 +119,23 @@ def test_an_imbalanced_test_set_shows_the_macro_f1_beside_the_accuracy():
         "test/acc", "0.8600"]
 
 
+def test_a_sweeps_summary_shows_the_macro_f1_beside_an_imbalanced_accuracy(tmp_path):
+    """The sweep's end-of-run lines showed test/acc only; a job with an imbalanced test set (its metrics.json:
+    num_classes, test_largest_class_share) gets its macro-F1 beside it, as the single run's headline does."""
+    from attnbench.run.hydra_callbacks import sweep_summary
+
+    records = [{"num": 0, "status": "completed", "output_dir": str(tmp_path / "0_a"), "trained": True,
+                "metrics": {"test/acc": 0.86, "test/f1_macro": 0.4624, "num_classes": 2,
+                            "test_largest_class_share": 0.866, "test/tokens_per_sec": 1000.0}},
+               {"num": 1, "status": "completed", "output_dir": str(tmp_path / "1_b"), "trained": True,
+                "metrics": {"test/acc": 0.8, "test/f1_macro": 0.79, "num_classes": 2,
+                            "test_largest_class_share": 0.51}}]
+    text, failed = sweep_summary(tmp_path, records)
+    assert failed == 0 and text.splitlines()[1:3] == [
+        "  ok      0_a  test/acc 0.8600 (macro-F1 0.4624)  train tokens/s -  test tokens/s 1,000",
+        "  ok      1_b  test/acc 0.8000  train tokens/s -  test tokens/s -"]
+
+
 def _train(args, env, expect=0):
     proc = subprocess.run([sys.executable, "train.py", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=600, check=False)

@@ -11,12 +11,16 @@ from attnbench.data.tokenizer import token_counts
 
 from .test_data_faults import rows, toy_module, write_split
 
-# each is non-empty and not whitespace to str.strip(), and BERT's normalizer leaves nothing of it
+# each is non-empty and not whitespace to str.strip(), BERT's normalizer leaves nothing of it, and it holds no
+# visible character (attnbench.data.rows.has_visible_character)
 INVISIBLE = ["\u200b\u200b", "\ufeff", "\u00ad\u00ad\u00ad", "\u2060", "\u200d\u200c", "\x00\x07\x1b",
              "\u0301\u0300", "\u200b \ufeff \u00ad", "\u2063\u2064", "\U000e0001"]
 
 
-def test_invisible_texts_are_dropped_and_counted(tmp_path, caplog):
+@pytest.mark.parametrize("kind", ["wordpiece", "bytes", "byte_bpe", "word_level"])
+def test_invisible_texts_are_dropped_and_counted(tmp_path, caplog, kind):
+    """Whatever the tokenizer: `bytes` and `byte_bpe` give an invisible text's bytes tokens, and kept it (scored
+    from zero-width spaces); a text with no visible character carries no content for any of them."""
     train = rows(40)
     for i, text in enumerate(INVISIBLE):
         train["text"][3 * i] = text
@@ -24,7 +28,8 @@ def test_invisible_texts_are_dropped_and_counted(tmp_path, caplog):
     test["text"][4] = "\u200b\ufeff"
     write_split(tmp_path / "data", "train", train)
     write_split(tmp_path / "data", "test", test)
-    dm = toy_module(tmp_path / "data", tmp_path / "cache")
+    dm = toy_module(tmp_path / "data", tmp_path / "cache", tokenizer={"kind": kind, "vocab_size": 300,
+                                                                       "min_frequency": 1})
     with caplog.at_level(logging.INFO, logger="attnbench"):
         dm.setup()
     kept = set(dm.splits["train"].row_ids) | set(dm.splits["val"].row_ids)
@@ -33,7 +38,7 @@ def test_invisible_texts_are_dropped_and_counted(tmp_path, caplog):
     assert all(ids for split in dm.splits.values() for ids in split.input_ids)
     meta = json.loads((dm.cache_dir / "meta.json").read_text())
     assert meta["bad_rows"]["train"]["dropped_empty"] == len(INVISIBLE) and meta["bad_rows"]["test"]["dropped_empty"] == 1
-    assert f"train {len(INVISIBLE)}, test 1." in caplog.text and "no token once tokenized" in caplog.text
+    assert f"train {len(INVISIBLE)}, test 1." in caplog.text and "no visible character" in caplog.text
 
 
 def test_a_pair_whose_second_text_tokenizes_to_nothing_is_dropped(tmp_path):

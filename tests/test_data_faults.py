@@ -95,7 +95,7 @@ def test_empty_and_whitespace_texts_are_dropped_and_counted(tmp_path, caplog):
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == 27 and len(dm.splits["test"]) == 9
     kept = set(dm.splits["train"].row_ids) | set(dm.splits["val"].row_ids)
     assert kept == set(range(30)) - {1, 5, 9}
-    assert "toy: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only zero-width or control characters): train 3, test 1." in caplog.text
+    assert "toy: dropped empty texts (null, no visible character: only whitespace, zero-width, format or control characters, or no token once tokenized): train 3, test 1." in caplog.text
 
 
 PLAIN = datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64")})
@@ -286,7 +286,7 @@ def test_empty_texts_in_csv_and_jsonl_are_dropped_and_counted(tmp_path, fmt, cap
     with caplog.at_level(logging.INFO, logger="attnbench"):
         dm.setup()
     assert len(dm.splits["train"]) + len(dm.splits["val"]) == 27 and len(dm.splits["test"]) == 9
-    assert "toy: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only zero-width or control characters): train 3, test 1." in caplog.text
+    assert "toy: dropped empty texts (null, no visible character: only whitespace, zero-width, format or control characters, or no token once tokenized): train 3, test 1." in caplog.text
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -89,6 +89,46 @@ def test_bad_values_are_refused_before_any_data_work(override, message):
     assert str(err.value).startswith(message)
 
 
+def test_a_value_a_score_function_refuses_answers_before_lightning_and_data_load(toy, tmp_path):
+    """`attention.hidden_dim=-1` (additive), `attention.init_temperature=-1` (cosine) and an option an
+    out-of-package score function (hydra.searchpath) refuses were only checked once Lightning had loaded and the
+    run had started (9-12 s): the command line builds the attention module itself after the torch-free checks
+    (attnbench.config.check_attention), so the answer comes before Lightning is imported and before any data
+    work (no data cache is created)."""
+    (tmp_path / "strictpkg").mkdir()
+    (tmp_path / "strictpkg" / "__init__.py").write_text(
+        "from attnbench.attention.scaled_dot import ScaledDotScore\n\n\n"
+        "class StrictScore(ScaledDotScore):\n"
+        "    name = 'strict'\n\n"
+        "    def __init__(self, n_heads, head_dim, margin=1.0):\n"
+        "        if not margin > 0:\n"
+        "            raise ValueError(f'strict: attention.margin must be > 0, got {margin}')\n"
+        "        super().__init__(n_heads=n_heads, head_dim=head_dim)\n")
+    (tmp_path / "conf" / "attention").mkdir(parents=True)
+    (tmp_path / "conf" / "attention" / "strict.yaml").write_text("_target_: strictpkg.StrictScore\nname: strict\n"
+                                                                 "margin: 1.0\n")
+    cases = [
+        (["attention=additive", "attention.hidden_dim=-1"],
+         "invalid config: additive: attention.hidden_dim must be >= 1 (or null for head_dim), got -1"),
+        (["attention=cosine", "attention.init_temperature=-1"],
+         "invalid config: cosine: attention.init_temperature must be > 0 (or null for √head_dim), got -1.0"),
+        (["attention=strict", "attention.margin=0", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"],
+         "invalid config: strict: attention.margin must be > 0, got 0"),
+    ]
+    cache = tmp_path / "cache"
+    for overrides, message in cases:
+        env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-X", "importtime", "train.py", *toy, f"data.cache_dir={cache}",
+                               "logger=none", f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=REPO_ROOT,
+                              capture_output=True, text=True, env={**os.environ, **env}, timeout=180, check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+        assert proc.returncode == 1 and errors == [f"Error: {message}"], (overrides, proc.stderr[-3000:])
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "torch" in imported and "pytorch_lightning" not in imported, overrides
+        assert not cache.exists(), overrides
+
+
 @pytest.mark.parametrize("override, message", [
     ("seed=abc", "seed must be an integer, got 'abc'"),
     ("model.d_model=64.5", "model.d_model must be an integer, got 64.5"),
@@ -455,6 +495,8 @@ def test_wandb_bad_entity_still_trains_and_logs_offline(toy, tmp_path, monkeypat
                                      "logger.wandb.init_timeout=20", f"+output_dir={out}"]))
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["wandb_mode"] == "offline" and metrics["test/acc"] == summary["test/acc"]
+    # what the sweep's summary reads to put the macro-F1 beside an imbalanced accuracy (the toy test set: 20 + 20)
+    assert metrics["num_classes"] == 2 and metrics["test_largest_class_share"] == 0.5
     run = _wandb_run(out)
     assert run["state"] == "finished" and run["summary"]["test/acc"] == pytest.approx(summary["test/acc"])
 
@@ -497,9 +539,9 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     """Issue 38: `seed=7 ckpt_path=last hydra.run.dir=<finished run>` was refused, yet Hydra had rewritten the
     run's .hydra/*.yaml (config.yaml said seed: 7) and an ERROR line was appended to its train.log. A command
     refused or failed before training (the dir holds a finished run, a value out of range, a checkpoint of another
-    model, other settings than the run's own, a damaged checkpoint) ends in one line and leaves every byte of the
-    dir as it was, with any
-    hydra/job_logging (`default` writes <job name>.log through a plain logging.FileHandler), hydra.job.chdir."""
+    model, other settings than the run's own, a damaged checkpoint, a trainer Lightning refuses) ends in one line and
+    leaves every byte of the dir as it was, with any hydra/job_logging (`default` writes <job name>.log through a
+    plain logging.FileHandler), hydra.job.chdir."""
     finished, stopped = tmp_path / "finished", tmp_path / "stopped"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps"]
     proc = _cli([*base, "trainer.max_steps=4", "trainer.val_check_interval=2", f"hydra.run.dir={finished}"])
@@ -513,6 +555,11 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     last = (damaged / "checkpoints" / "last.ckpt").resolve()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
     cases = [
+        # a trainer Lightning refuses, into an interrupted run: refused before any logger is built (the CSV log would
+        # set metrics.csv aside as metrics.part1.csv, W&B would create wandb/offline-run-*) and before data work
+        (stopped, ["trainer.devices=0", "logger=wandb"], "invalid trainer config: `Trainer(devices=0)` value is not"),
+        *([] if torch.cuda.is_available() else [
+            (stopped, ["trainer=gpu", "logger=wandb"], "invalid trainer config: No supported gpu backend found!")]),
         (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
         (finished, ["seed=7", "hydra/job_logging=default"], f"{finished} already holds a previous run's outputs"),
         (stopped, ["optim.lr=-1"], "holds a run with other settings than this command's (1 differ: optim.lr: "),
@@ -535,6 +582,41 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "stopped"], extra
 
 
+@pytest.mark.parametrize("where", [  # two of the four cases by default (each is a train.py process)
+    "hydra.run.dir={file}", pytest.param("hydra.run.dir={file}/run", marks=pytest.mark.slow),
+    pytest.param("hydra.run.dir={file} ckpt_path=last", marks=pytest.mark.slow), "-m hydra.sweep.dir={file} seed=0,1"])
+def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path, where):
+    """`hydra.run.dir=<an existing regular file>` trained silently into `<file>_2`; a path through a file, a resume
+    and a sweep dir alike now end in one line naming the file, before anything is written or loaded."""
+    file = tmp_path / "notes.txt"
+    file.write_text("a file")
+    args = where.format(file=file).split()
+    proc = _cli([*[a for a in args if a == "-m"], "logger=none", *[a for a in args if a != "-m"]], timeout=120)
+    what = "it is a file, not a folder" if where.endswith(("{file}", "ckpt_path=last", "seed=0,1")) else \
+        f"{file} is a file, not a folder"
+    key = "hydra.sweep.dir" if "-m" in args else "hydra.run.dir"
+    target = file / "run" if "/run" in where else file
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        f"Error: cannot create the output dir {target}: {what}. Choose a writable {key}=<dir>."), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and file.read_text() == "a file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_damaged_checkpoint_is_named_in_one_whole_sentence(tmp_path):
+    """torch.load's text was cut at 160 characters mid-sentence (`... in order to u`): the message quotes whole
+    sentences of it only, or its exception type alone, and says what to do."""
+    from attnbench.run.resume import load_checkpoint
+
+    garbage = tmp_path / "checkpoints" / "last.ckpt"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"not a checkpoint " * 20)
+    with pytest.raises(ConfigError) as err:
+        load_checkpoint(garbage)
+    assert str(err.value) == (f"{garbage} is not a readable checkpoint (truncated or damaged: torch.load raised "
+                              f"RuntimeError); resume from another .ckpt file of {garbage.parent} (ckpt_path=<file>), "
+                              "or start afresh.")
+
+
 def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
     """Every file's bytes and every directory of ``folder``."""
     return _files(folder), sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_dir())
@@ -543,45 +625,72 @@ def _tree(folder: Path) -> tuple[dict[str, bytes], list[str]]:
 @pytest.mark.slow  # a sweep and two refused sweeps, each a train.py -m process; the single run's case above is default
 def test_a_refused_sweep_resume_leaves_every_file_of_the_sweep_dir_as_it_was(toy, tmp_path):
     """A sweep resumed into a finished sweep dir (`-m ... ckpt_path=last hydra.sweep.dir=<sweep>`) whose jobs
-    are all refused before training (each job dir holds a finished run), with either job_logging, ends with the
-    failed jobs listed and exit code 1; another sweep (`seed=7,8`) into that dir is refused before Hydra writes
-    anything. Both leave every file and folder of the sweep dir as it was: Hydra's multirun.yaml and each job's
-    .hydra/ copy and log file, the jobs' records; nothing is left next to it. A resume whose job trains moves the
-    sweep's new multirun.yaml and records in."""
+    had all finished (each job dir holds a finished run), with either job_logging, ends with the jobs listed as
+    done and exit code 0; another sweep (`seed=7,8`) into that dir is refused before Hydra writes anything. Both
+    leave every file and folder of the sweep dir as it was: Hydra's multirun.yaml and each job's .hydra/ copy and
+    log file, the jobs' records; nothing is left next to it. A resume whose job trains moves the sweep's new
+    multirun.yaml and records in."""
     sweep = tmp_path / "sweep"
     base = [*toy, "logger=csv", "~callbacks.attention_diagnostics", "~callbacks.attention_maps",
             "trainer.max_steps=2", "trainer.val_check_interval=2"]
     proc = _cli(["-m", *base, "seed=0,1", f"hydra.sweep.dir={sweep}"], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in sweep.glob("*/metrics.json")) == ["metrics.json"] * 2
-    refused = "nothing was written into their dirs"
-    for extra, message in ((["seed=0,1"], refused), (["seed=0,1", "hydra/job_logging=default"], refused),
+    done = f"Sweep {sweep}: 2 jobs, 0 failed, 2 done before (skipped, results kept)"
+    for extra, message in ((["seed=0,1"], done), (["seed=0,1", "hydra/job_logging=default"], done),
                            (["seed=7,8"], f"Error: {sweep} already holds a previous sweep's outputs (the sweep of "
                                           f"`{' '.join(sorted([*base, 'seed=0,1']))}`); it is never overwritten.")):
         before = _tree(sweep)
         proc = _cli(["-m", *base, *extra, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=300)
-        assert proc.returncode == 1, (extra, proc.stderr[-3000:])
-        assert message in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
-        if message == refused:
-            assert f"Sweep {sweep}: 2 jobs, 2 failed (refused or failed before training: {refused})" in proc.stderr
-            assert len(re.findall(r"^  failed  \S+  Error: \S+ already holds a previous run's outputs \(metrics.json\)",
-                                  proc.stderr, re.MULTILINE)) == 2, proc.stderr[-3000:]
+        assert proc.returncode == (0 if message == done else 1), (extra, proc.stderr[-3000:])
+        assert message in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr[-3000:])
+        if message == done:
+            assert len(re.findall(r"^  done    \d_scaled_dot-toy-s\d  test/acc 0\.\d{4}  ", proc.stdout,
+                                  re.MULTILINE)) == 2, proc.stdout[-3000:]
         assert _tree(sweep) == before, extra
         assert [p.name for p in tmp_path.iterdir()] == ["sweep"], extra
     job = next(sweep.glob("1_*"))
-    (job / "metrics.json").unlink()  # job 1 resumes from its last checkpoint, job 0 is refused
+    (job / "metrics.json").unlink()  # job 1 resumes from its last checkpoint, job 0 is done
     log_before = (job / "train.log").read_text()
     proc = _cli(["-m", *base, "seed=0,1", "hydra/job_logging=default", "ckpt_path=last", f"hydra.sweep.dir={sweep}"],
                 timeout=300)
-    assert proc.returncode == 1 and f"Sweep {sweep}: 2 jobs, 1 failed" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"Sweep {sweep}: 2 jobs, 0 failed, 1 done before" in proc.stdout, proc.stdout[-3000:]
     records = [json.loads(p.read_text()) for p in sorted((sweep / ".attnbench-jobs").glob("*.json"))]
-    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "failed", False), (1, "completed", True)]
+    assert [(r["num"], r["status"], r["trained"]) for r in records] == [(0, "completed", False),
+                                                                        (1, "completed", True)]
     multirun = (sweep / "multirun.yaml").read_text()
     assert "- ckpt_path=last" in multirun and f"dir: {sweep}\n" in multirun
     assert (job / "metrics.json").is_file() and (job / "train.log").read_text() == log_before
     assert "Resuming from" in (job / "cli.log").read_text()  # hydra/job_logging=default: <job name>.log
     assert "class: logging.FileHandler" in (job / ".hydra" / "hydra.yaml").read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+def test_a_resumed_sweep_skips_its_finished_jobs_as_done_and_exits_0(toy, tmp_path):
+    """A resumed sweep whose jobs had finished refused them ("already holds a previous run's outputs") and exited 1.
+    Each is done, as `attnbench reproduce` counts it: skipped before torch loads, its dir kept byte for byte,
+    listed as `done` with its figures (the macro-F1 beside test/acc on an imbalanced test set, as in a single
+    run's summary), and the sweep exits 0."""
+    sweep = tmp_path / "sweep"
+    overrides = [*toy, "logger=none", "seed=0,1"]
+    (sweep).mkdir()
+    (sweep / "multirun.yaml").write_text(json.dumps({"hydra": {"overrides": {"task": overrides}}}))
+    figures = {0: {"test/acc": 0.9, "test/f1_macro": 0.55, "num_classes": 2, "test_largest_class_share": 0.9,
+                   "train/tokens_per_sec": 1234.0},
+               1: {"test/acc": 0.75, "test/f1_macro": 0.74, "num_classes": 2, "test_largest_class_share": 0.5}}
+    for seed, metrics in figures.items():
+        (sweep / f"{seed}_scaled_dot-toy-s{seed}").mkdir()
+        (sweep / f"{seed}_scaled_dot-toy-s{seed}" / "metrics.json").write_text(json.dumps(metrics))
+    before = _tree(sweep)
+    proc = _cli(["-m", *overrides, "ckpt_path=last", f"hydra.sweep.dir={sweep}"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-4:] == [
+        f"Sweep {sweep}: 2 jobs, 0 failed, 2 done before (skipped, results kept)",
+        "  done    0_scaled_dot-toy-s0  test/acc 0.9000 (macro-F1 0.5500)  train tokens/s 1,234  test tokens/s -",
+        "  done    1_scaled_dot-toy-s1  test/acc 0.7500  train tokens/s -  test tokens/s -",
+        f"Report: attnbench report {sweep}"], proc.stdout[-3000:]
+    assert _tree(sweep) == before and [p.name for p in tmp_path.iterdir()] == ["sweep"]
 
 
 def test_a_sweep_resumes_only_the_sweep_its_dir_holds(tmp_path):
@@ -635,9 +744,10 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     io.save_checkpoint({"global_step": 13, "state_dict": {"w": torch.ones(1000)}}, folder / "last.ckpt")
     good = (folder / "last.ckpt").read_bytes()
 
-    def disk_full(obj, path):
-        Path(path).write_bytes(b"half a checkpoint")
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    def disk_full(obj, file):  # torch.save into the open temporary file, as a full disk makes Python's write fail
+        file.write(b"half a checkpoint")
+        file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(resume.torch, "save", disk_full)
     with pytest.raises(OSError) as err:
@@ -648,7 +758,7 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     # a kill in the middle of the write (SIGKILL: no clean-up runs): the previous file is whole and still the one
     # `ckpt_path=last` takes; the partial write lies in checkpoints/ under a name no resume picks
     script = (f"import os, signal, torch\nfrom attnbench.run import resume\n"
-              f"def killed(obj, path):\n    open(path, 'wb').write(b'half')\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"def killed(obj, file):\n    file.write(b'half')\n    file.flush()\n    os.kill(os.getpid(), signal.SIGKILL)\n"
               f"resume.torch.save = killed\n"
               f"resume.AtomicCheckpointIO().save_checkpoint({{'global_step': 26}}, {str(folder / 'last.ckpt')!r})\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)

@@ -7,7 +7,8 @@ import: a bad value answers in about a second.
 - each field's range is in the schema (``field(metadata=must(...))``), those of the ``_target_`` groups' keys
   that Lightning or W&B would only reject mid-run in :data:`TARGET_RANGES`; :func:`check_run_config` checks them
   all once, before torch loads, with the model sizes and the ``data.*`` keys
-  (:class:`attnbench.data.config.DataConfig`). ``attention.*`` is checked by the score function's constructor.
+  (:class:`attnbench.data.config.DataConfig`). ``attention.*`` is checked by the score function's own constructor,
+  which :func:`check_attention` runs before any data work.
 
 Importing this module registers the schema and the resolvers: code that composes ``conf/train.yaml`` with
 Hydra's compose API imports it first, as ``tests/conftest.py`` does.
@@ -290,6 +291,32 @@ def check_run_config(cfg: DictConfig) -> None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
+
+
+def check_attention(cfg: DictConfig) -> None:
+    """The attention module of one layer (:class:`attnbench.attention.MultiHeadAttention`) built once from
+    ``cfg.attention`` and the model's ``d_model``, ``n_heads``, ``head_dim`` and ``attn_dropout``, so that every
+    value the score function's own constructor refuses (a built-in or one outside the package, found through
+    ``hydra.searchpath``) answers before any data or Lightning work. It imports torch (about a second) and builds
+    a few small linear layers; no data is needed. Run it after :func:`check_run_config` (the model sizes are then
+    known to be valid).
+
+    Raises:
+        ConfigError: ``invalid config: <the constructor's own message>`` for a ``ValueError``/``KeyError`` it raised
+            (a :class:`ConfigError`, such as an unknown option, is a ``ValueError``). A ``TypeError`` or any other
+            exception of a constructor is a bug in it and keeps its own traceback.
+    """
+    model, attention = _plain(cfg.get("model")), cfg.get("attention")
+    if not isinstance(model, dict) or attention is None \
+            or not all(_integer(model.get(key)) for key in ("d_model", "n_heads")):
+        return
+    from attnbench.attention import MultiHeadAttention
+
+    try:
+        MultiHeadAttention(model["d_model"], model["n_heads"], attention, attn_dropout=model.get("attn_dropout") or 0.0,
+                           head_dim=model.get("head_dim"))
+    except (ValueError, KeyError) as err:
+        raise ConfigError(f"invalid config: {err.args[0] if err.args else repr(err)}") from None
 
 
 def check_precision(precision: Any, impl: Any = None, gradient_clip_val: Any = None) -> None:

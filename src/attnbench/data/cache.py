@@ -18,12 +18,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from attnbench.data.errors import DataConfigError
+from attnbench.errors import whole_sentences, write_error
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: part of every cache key: raise it when the code builds different rows, splits or token ids from the same spec,
 #: so that no cache built by other code is read
-CACHE_VERSION = 6
+CACHE_VERSION = 7
 
 
 def cache_key(name: str, spec: dict[str, Any]) -> str:
@@ -68,9 +71,8 @@ class CacheDamaged(Exception):
 
     def __init__(self, path: Path, error: BaseException | str) -> None:
         self.path = Path(path)
-        what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        what = " ".join(str(what).split())  # one line, whatever the library's message holds
-        super().__init__(f"{path}: {what[:300]}")
+        what = " ".join(error.split()) if isinstance(error, str) else whole_sentences(error, 300)
+        super().__init__(f"{path}: {what}")  # one line of whole sentences, whatever the library's message holds
 
 
 @contextmanager
@@ -112,12 +114,35 @@ def read_or_rebuild(target: Path, read: Callable[[Path], T], build: Callable[[Pa
 
     Raises:
         CacheDamaged: the entry just built does not read back (a disk that returns other bytes than written).
+        CacheUnwritable: the cache folder is full, read-only or not a folder.
     """
     if target.exists():
         try:
             return read(target), True
         except CacheDamaged as err:
             log.warning("Rebuilding the damaged data cache entry %s: %s", target.name, err)
-            discard(target)
-    build(target)
+            with unwritable_as_one_line(target.parent):
+                discard(target)
+    with unwritable_as_one_line(target.parent):
+        build(target)
     return read(target), False
+
+
+class CacheUnwritable(DataConfigError):
+    """The data cache folder cannot take a new entry (a full disk, a read-only folder, a file in its place)."""
+
+
+@contextmanager
+def unwritable_as_one_line(folder: Path) -> Iterator[None]:
+    """Turn a failed write (:func:`attnbench.errors.write_error`: no space, no permission, a read-only file system,
+    a file where a folder should be) into :class:`CacheUnwritable` naming ``folder`` and what to change."""
+    try:
+        yield
+    except Exception as err:
+        failed = write_error(err)
+        if failed is None:
+            raise
+        raise CacheUnwritable(
+            f"Cannot write the tokenized-data cache in {folder}: {failed.strerror or failed}. Free space there or "
+            "make it writable, or point data.cache_dir (or the ATTNBENCH_CACHE_DIR environment variable) at a "
+            "writable folder with room.") from None

@@ -204,7 +204,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
                ) -> tuple[datasets.Dataset, list[str]]:
         """Rows of ``ds`` with non-empty text(s) (policy in :mod:`.rows`), and their texts as ``str``.
 
-        A text is empty when it is null, whitespace only, or the tokenizer cuts it into no token at all. Sentence
+        A text is empty when it is null, has no visible character (:func:`~attnbench.data.rows.has_visible_character`),
+        or the tokenizer cuts it into no token at all. Sentence
         pairs: both texts must be non-empty; the model sees ``"<first> [SEP] <second>"``, truncated
         longest text first (:func:`~attnbench.data.tokenizer.encode_ids_counting`). The returned texts are
         ``"<first> [SEP] <second>"`` (what carving and the overlap counts compare); the two cleaned texts are
@@ -422,8 +423,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
                              for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
-            log.warning("%s: dropped empty texts (null, whitespace only, or no token once tokenized: e.g. only "
-                        "zero-width or control characters): %s.", self.name, per_split("dropped_empty"))
+            log.warning("%s: dropped empty texts (null, no visible character: only whitespace, zero-width, format or "
+                        "control characters, or no token once tokenized): %s.", self.name, per_split("dropped_empty"))
         if per_split("invalid_utf8"):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))

@@ -1,8 +1,9 @@
 """Rows as the model sees them: texts cleaned by the bad-row policy, labels checked and numbered.
 
-Policy (counted per split in the log and in the cache's ``meta.json``): empty or whitespace-only texts (and
-nulls) are dropped, as are texts the tokenizer cuts into no token (the data module's check); bytes that are not
-valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
+Policy (counted per split in the log and in the cache's ``meta.json``): texts with no visible character (empty,
+whitespace only, or only format and control characters such as U+200B ZERO WIDTH SPACE, U+FEFF and U+00AD SOFT
+HYPHEN, or lone combining marks: :func:`has_visible_character`) and nulls are dropped whatever the tokenizer,
+as are texts the tokenizer cuts into no token (the data module's check); bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
 columns, and labels that are missing (None, NaN), floats or of mixed types (within a split or across splits) stop
 the job with a :class:`DataConfigError` naming the split."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import unicodedata
 from typing import Any
 
 import datasets
@@ -33,7 +35,8 @@ class SplitStats:
 def clean_texts(values: list[Any], column_name: str, where: str) -> tuple[list[str], list[int], int]:
     """Texts of one split as ``str``, the indices of rows to keep, and the number of non-UTF-8 rows.
 
-    ``None`` and empty or whitespace-only texts are left out of the kept indices;
+    ``None`` and texts with no visible character (:func:`has_visible_character`) are left out of the kept
+    indices;
     ``bytes`` are decoded as UTF-8, invalid sequences replaced by U+FFFD.
 
     Raises:
@@ -55,9 +58,24 @@ def clean_texts(values: list[Any], column_name: str, where: str) -> tuple[list[s
                 "Set data.text_column to the column with the texts."
             )
         texts.append(value or "")
-        if value and value.strip():
+        if value and has_visible_character(value):
             keep.append(i)
     return texts, keep, invalid
+
+
+#: Unicode general categories of characters that show nothing on their own: separators (spaces, line and
+#: paragraph separators), control characters (Cc), format characters (Cf: U+200B-U+200F, U+2060-U+2064, U+FEFF,
+#: U+00AD, bidirectional marks, tags) and marks (Mn, Mc, Me: combining accents and variation selectors, which only
+#: modify the character before them)
+INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Mc", "Me"})
+
+
+def has_visible_character(text: str) -> bool:
+    """Whether ``text`` holds a character outside :data:`INVISIBLE_CATEGORIES` (a letter, number, punctuation or
+    symbol, a private-use or unassigned code point): a text of spaces, zero-width and other format or control
+    characters, or of lone combining marks, carries no content for any tokenizer, also for those that would give
+    its bytes tokens (``bytes``, ``byte_bpe``)."""
+    return any(unicodedata.category(ch) not in INVISIBLE_CATEGORIES for ch in text)
 
 
 def column(ds: datasets.Dataset, name: str) -> list[Any]:

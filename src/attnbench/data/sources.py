@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from attnbench.data.config import BUILDERS, VAL_SPLIT_NAMES, DataConfig
 from attnbench.data.errors import DataConfigError, DataUnavailableError
 from attnbench.data.generated import SPLIT_NAMES
+from attnbench.errors import whole_sentences, write_error
 from attnbench.paths import user_path
 
 if TYPE_CHECKING:  # ``datasets`` (about 1 s to import) loads only where rows are read
@@ -134,11 +135,16 @@ def _read_files(builder: str, files: dict[str, list[str]],
             splits[split] = datasets.load_dataset(name, data_files={split: paths}, split=split,
                                                   cache_dir=str(cache_dir), **kwargs)
         except Exception as err:  # noqa: BLE001 - pyarrow/pandas/datasets raise many types for a bad file
-            cause = (str(err).splitlines() or [""])[0]
+            failed = write_error(err)
+            if failed is not None:  # the file was read; datasets could not write its Arrow copy
+                raise DataConfigError(
+                    f"Cannot write the Hugging Face datasets cache in {cache_dir.parent}: {failed.strerror or failed}. "
+                    "Free space there, or set the HF_DATASETS_CACHE environment variable to a writable folder with "
+                    "room.") from None
             shown = paths[0] if len(paths) == 1 else paths
             raise DataConfigError(
                 f"Cannot read {shown} as {builder.upper() if builder != 'parquet' else 'Parquet'} "
-                f"({type(err).__name__}: {cause[:200]}). Re-export it, e.g. pandas.read_csv(...).to_parquet(path), "
+                f"({whole_sentences(err)}). Re-export it, e.g. pandas.read_csv(...).to_parquet(path), "
                 "or set data.builder / data.data_files / data.local_dir to match the file."
             ) from None
     return datasets.DatasetDict(splits), sha256

@@ -2,8 +2,9 @@
 
 Nothing here imports torch or Lightning at module level: ``--help``, a misspelt key, an unknown
 option, the checks of :func:`attnbench.config.check_run_config` and a job with no data anywhere
-(:func:`check_data_source`) answer before they load (:mod:`attnbench.run.train` is imported only when a job
-really starts).
+(:func:`check_data_source`) answer before they load; a value the score function refuses answers once torch has
+loaded (:func:`attnbench.config.check_attention`), before Lightning and any data work
+(:mod:`attnbench.run.train` is imported only when a job really starts).
 
 - :func:`run_cli`: one ``Error: ...`` line for the user's mistakes (a misspelt key gets the closest
   valid keys, a value of the wrong type what it must be), a multirun finishes its other jobs when one
@@ -26,7 +27,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from attnbench.config import check_run_config, config_dir, type_error_message
+from attnbench.config import check_attention, check_run_config, config_dir, type_error_message
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.run.failures import task_wrapper
 from attnbench.run.hydra_callbacks import _SWEEP, HELD_SUBDIR_ENV, settle_sweep, sweep_summary
@@ -151,13 +152,19 @@ def hydra_main(cfg: DictConfig) -> float | None:
     Every failure ends in :func:`attnbench.run.failures.task_wrapper`: one line, ``failure.json``.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    metric = cfg.get("optimized_metric")
     if os.environ.get(HELD_SUBDIR_ENV) is not None:  # a job of a sweep resumed in its sweep dir: nothing is
-        from attnbench.run.outputs import hold_writes  # written into its dir until training starts
+        from attnbench.run.outputs import finished_run, hold_writes  # written into its dir until training starts
 
         hold_writes(job_output_dir(cfg), os.environ[HELD_SUBDIR_ENV] or None)
-    metric = cfg.get("optimized_metric")
+        finished = finished_run(job_output_dir(cfg))
+        if finished is not None:  # done before: kept as it is, reported as done (as `attnbench reproduce` does)
+            log.info("%s holds a finished run (metrics.json): kept as it is, not run again", job_output_dir(cfg))
+            value = finished.get(metric) if metric else None
+            return float(value) if isinstance(value, int | float) else None
     check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
     check_data_source(cfg)  # no data anywhere: the data error in about a second too
+    check_attention(cfg)  # a value the score function refuses: torch only, no Lightning, no data (two seconds)
     from attnbench.run.ddp import ddp_job_scope
     from attnbench.run.train import train
 

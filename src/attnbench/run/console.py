@@ -21,6 +21,14 @@ HEADLINE: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def imbalanced(info: dict[str, Any]) -> bool:
+    """Whether the test set of a run (``info``: ``num_classes``, ``test_largest_class_share``) is imbalanced: its
+    largest class holds more than 1.2 / ``num_classes`` of it, where accuracy alone flatters a classifier (always
+    answering that class scores ``test_largest_class_share``) and the macro-F1 goes beside it."""
+    share, classes = info.get("test_largest_class_share"), info.get("num_classes")
+    return bool(share and classes and share > 1.2 / classes)
+
+
 def human_bytes(n: float) -> str:
     """``776548352`` -> ``"740.6 MiB"`` (binary units: KiB = 1024 bytes)."""
     value = float(n)
@@ -67,7 +75,7 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
         summary: the run summary (metric key -> float), as written to ``metrics.json``.
         info: ``run_name``, ``output_dir``, ``num_classes`` and ``test_largest_class_share`` (an imbalanced test
             set, whose largest class holds more than 1.2 / num_classes of it, gets the macro-F1 beside its
-            accuracy), ``stopped_by`` (``"max_time"`` when ``trainer.max_time`` ended the
+            accuracy: :func:`imbalanced`), ``stopped_by`` (``"max_time"`` when ``trainer.max_time`` ended the
             fit early: the title says so, with ``train/steps_done`` of ``train/steps_planned``) and, when W&B
             ran, ``wandb_run_dir`` and ``wandb_mode``.
     """
@@ -83,10 +91,9 @@ def format_summary(summary: dict[str, Any], info: dict[str, Any]) -> str:
     width = max(len(label) for label, _, _ in HEADLINE)
     for label, key, kind in HEADLINE:
         line = f"  {label:<{width}}  {_format(summary.get(key), kind)}"
-        share, classes = info.get("test_largest_class_share"), info.get("num_classes")
-        if key == "test/acc" and share and classes and share > 1.2 / classes and "test/f1_macro" in summary:
-            # accuracy alone flatters a classifier of an imbalanced test set (always the largest class: `share`)
-            line += f"  (macro-F1 {summary['test/f1_macro']:.4f}; the largest class is {share:.0%} of the test set)"
+        if key == "test/acc" and imbalanced(info) and "test/f1_macro" in summary:
+            line += (f"  (macro-F1 {summary['test/f1_macro']:.4f}; the largest class is "
+                     f"{info['test_largest_class_share']:.0%} of the test set)")
         share = summary.get(cpu_share.get(key, ""))
         if share is not None and share < MIN_CPU_SHARE:  # a pause or a shared core: the rate understates the run
             line += f"  (disturbed: cpu share {share:.2f} < {MIN_CPU_SHARE}; reports leave this rate out)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import functools
 import logging
 import math
@@ -32,6 +33,7 @@ from attnbench.errors import (
     OutputDirTaken,
     OutputWriteError,
     RunInterrupted,
+    whole_sentences,
     write_error,
 )
 from attnbench.run.ddp import global_rank_from_env, processes_per_node
@@ -208,8 +210,7 @@ class FailureHandler:
                 knobs = f"data.eval_batch_size (now {data.eval_batch_size}), data.max_length (now {data.max_length})"
             if "chunk_bytes" in self.cfg.attention:
                 knobs += f", attention.chunk_bytes (now {self.cfg.attention.chunk_bytes})"
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            return OutOfMemory(f"Out of memory at {self._where()} ({first_line[:160]}). Lower {knobs}; "
+            return OutOfMemory(f"Out of memory at {self._where()} ({whole_sentences(err, 160)}). Lower {knobs}; "
                                "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
         if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
             # without the `` HINT: ...`` Lightning appends to the text, which names a Python call, not a config key
@@ -217,9 +218,13 @@ class FailureHandler:
             return ConfigError(f"invalid trainer or callbacks config: {message}")
         write_err = write_error(err)
         if write_err is not None:
-            path = write_err.filename or self.output_dir
+            path = Path(write_err.filename) if write_err.filename else None
+            folder = path.parent if path is not None else self.output_dir
+            why = write_err.strerror or str(write_err)
+            if write_err.errno == errno.ENOSPC:  # the folder whose disk is full, also when only the file is known
+                why += f" ({folder} is full)"
             return OutputWriteError(
-                f"Could not write {path}: {write_err.strerror or write_err}. Free disk space or make it writable, "
+                f"Could not write {path or f'into {folder}'}: {why}. Free disk space or make it writable, "
                 f"or write elsewhere with hydra.run.dir=<dir>; metrics so far are in {self.output_dir / 'csv'} "
                 f"and {self.output_dir / FAILURE_FILE}."
             )

@@ -14,6 +14,7 @@ No torch import: they run in the launching process before any job starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
     A directory is claimed by creating ``marker`` in it with an exclusive create,
     so two processes racing for one name never both get it.
     """
+    must_be_a_folder(path)
     for i in range(1, 10_000):
         candidate = path if i == 1 else path.with_name(f"{path.name}_{i}")
         if candidate.is_dir() and any(candidate.iterdir()) or candidate.exists() and not candidate.is_dir():
@@ -50,6 +52,21 @@ def claim_dir(path: Path, marker: str, marker_is_file: bool = False) -> Path:
             continue
         return candidate
     raise ConfigError(f"no free output directory next to {path}")
+
+
+def must_be_a_folder(path: Path) -> None:
+    """Refuse an output dir that names something other than a folder (a regular file, or a path through one),
+    instead of writing next to it.
+
+    Raises:
+        NotADirectoryError: naming ``path``.
+    """
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                what = "it is a file, not a folder" if part == path else f"{part} is a file, not a folder"
+                raise NotADirectoryError(errno.ENOTDIR, what, str(path))
+            return
 
 
 def _or_exit(claim: Any, key: str) -> Any:
@@ -88,6 +105,7 @@ class FreshOutputDir(HydraCallback):
             return  # Lightning re-launched this script for a DDP rank: it must share rank 0's dir
         wanted = Path(str(config.hydra.run.dir))
         if config.get("ckpt_path"):  # resuming: the run continues in the dir it names (ckpt_path=last)
+            _or_exit(lambda: must_be_a_folder(wanted), "hydra.run.dir")
             if wanted.is_dir() and any(wanted.iterdir()):  # nothing is written there until training starts
                 from attnbench.run.outputs import check_output_dir, hold_writes
 
@@ -105,6 +123,7 @@ class FreshOutputDir(HydraCallback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         wanted = Path(str(config.hydra.sweep.dir))
         if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
+            _or_exit(lambda: must_be_a_folder(wanted), "hydra.sweep.dir")
             if wanted.is_dir() and any(wanted.iterdir()):
                 _or_exit(lambda: check_same_sweep(config, wanted), "hydra.sweep.dir")
                 _or_exit(lambda: hold_sweep_writes(config, wanted), "hydra.sweep.dir")
@@ -426,7 +445,7 @@ class SweepReport(HydraCallback):
             record["return_value"] = value if isinstance(value, int | float | str | type(None)) else repr(value)
             with contextlib.suppress(OSError, ValueError):  # the headline figures of the job's metrics.json
                 metrics = json.loads((Path(record["output_dir"]) / "metrics.json").read_text())
-                record["metrics"] = {key: metrics[key] for key, _ in SWEEP_LINE_FIGURES if key in metrics}
+                record["metrics"] = {key: metrics[key] for key in SWEEP_RECORD_KEYS if key in metrics}
         else:
             err = getattr(job_return, "_return_value", None)
             record["error"] = str(err) if isinstance(err, AttnbenchError) else f"{type(err).__name__}: {err}"
@@ -455,6 +474,10 @@ def _process_rank() -> int:
 
 
 SWEEP_LINE_FIGURES = (("test/acc", "{:.4f}"), ("train/tokens_per_sec", "{:,.0f}"), ("test/tokens_per_sec", "{:,.0f}"))
+#: what a job's record keeps of its metrics.json: the line's figures, and the macro-F1 with what says whether the
+#: test set is imbalanced (:func:`attnbench.run.console.imbalanced`)
+SWEEP_RECORD_KEYS = (*(key for key, _ in SWEEP_LINE_FIGURES), "test/f1_macro", "num_classes",
+                     "test_largest_class_share")
 
 
 def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
@@ -469,24 +492,36 @@ def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r.get("num", 0))
 
 
+def is_done_before(record: dict[str, Any]) -> bool:
+    """Whether a job's record is of a job of a resumed sweep whose dir held a finished run: it completed without
+    training (its result kept as it was)."""
+    return record.get("status") == "completed" and bool(record.get("held")) and record.get("trained") is False
+
+
 def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None = None) -> tuple[str | None, int]:
     """The end-of-sweep text and the number of failed jobs, from ``records`` or else the records
     :class:`SweepReport` wrote in ``<sweep_dir>/.attnbench-jobs/`` (``(None, 0)`` when there are none).
 
-    The text: ``Sweep <dir>: <m> jobs, <n> failed``; one line per job, ``ok`` with its ``test/acc``,
-    ``train tokens/s`` and ``test tokens/s``, or ``failed`` with ``Error: <message>``; then the command
-    that builds the sweep's report (``attnbench report <sweep dir>``).
+    The text: ``Sweep <dir>: <m> jobs, <n> failed`` (and ``, <k> done before``); one line per job, ``ok`` with
+    its ``test/acc`` (and its macro-F1 on an imbalanced test set, :func:`attnbench.run.console.imbalanced`),
+    ``train tokens/s`` and ``test tokens/s``, ``done`` with the same figures for a job of a resumed sweep that had
+    finished before (:func:`is_done_before`), or ``failed`` with ``Error: <message>``; then the command that builds
+    the sweep's report (``attnbench report <sweep dir>``).
     """
+    from attnbench.run.console import imbalanced
+
     records = _job_records(sweep_dir) if records is None else records
     if not records:
         return None, 0
     failed = [r for r in records if r.get("status") == "failed"]
+    done_before = sum(is_done_before(r) for r in records)
     held = [r for r in failed if r.get("trained") is False and r.get("held")]
     note = ("" if not failed else " (each failed job wrote error.json and failure.json in its dir)" if not held
             else " (refused or failed before training: nothing was written into their dirs)" if len(held) == len(failed)
             else " (a job that failed in training wrote error.json and failure.json in its dir; one refused or failed "
                  "before training wrote nothing)")
-    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed{note}"]
+    done_note = f", {done_before} done before (skipped, results kept)" if done_before else ""
+    lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed{done_note}{note}"]
     labels = {"test/acc": "test/acc", "train/tokens_per_sec": "train tokens/s", "test/tokens_per_sec": "test tokens/s"}
     for r in records:
         name = Path(str(r.get("output_dir"))).name
@@ -497,7 +532,9 @@ def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None =
         metrics = r.get("metrics") or {}
         figures = [f"{labels[key]} {fmt.format(metrics[key]) if isinstance(metrics.get(key), int | float) else '-'}"
                    for key, fmt in SWEEP_LINE_FIGURES]
-        lines.append(f"  ok      {name}  " + "  ".join(figures))
+        if imbalanced(metrics) and isinstance(metrics.get("test/f1_macro"), int | float):
+            figures[0] += f" (macro-F1 {metrics['test/f1_macro']:.4f})"
+        lines.append(f"  {'done' if is_done_before(r) else 'ok':<6}  {name}  " + "  ".join(figures))
     if len(failed) < len(records):
         lines.append(f"Report: attnbench report {sweep_dir}")
     return "\n".join(lines), len(failed)

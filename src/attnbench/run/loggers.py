@@ -10,9 +10,11 @@ an offline run, and when W&B cannot start at all the run goes on with the CSV lo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import netrc
 import os
+import shutil
 import socket
 import warnings
 from pathlib import Path
@@ -188,9 +190,16 @@ def finish_wandb(wandb_logger: Any, exit_code: int = 0) -> None:
 
 
 def make_csv_logger(save_dir: Path) -> Any:
-    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders). A resumed run's earlier
-    ``metrics.csv`` is kept as ``metrics.part1.csv`` (``part2``, ... for later resumes)."""
+    """CSV logs in ``save_dir/csv/metrics.csv`` (no version sub-folders), each save written atomically
+    (:func:`atomic_csv_save`). A resumed run's earlier ``metrics.csv`` is kept as ``metrics.part1.csv``
+    (``part2``, ... for later resumes)."""
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
     from pytorch_lightning.loggers import CSVLogger
+
+    class AtomicCSVLogger(CSVLogger):
+        @rank_zero_only
+        def save(self) -> None:
+            atomic_csv_save(self.experiment, super().save)
 
     current = save_dir / "csv" / "metrics.csv"
     if current.is_file():
@@ -199,7 +208,33 @@ def make_csv_logger(save_dir: Path) -> Any:
             part += 1
         current.rename(current.parent / f"metrics.part{part}.csv")
         log.info("Kept the earlier CSV log as %s", current.parent / f"metrics.part{part}.csv")
-    return CSVLogger(save_dir=str(save_dir), name="csv", version="")
+    return AtomicCSVLogger(save_dir=str(save_dir), name="csv", version="")
+
+
+def atomic_csv_save(writer: Any, save: Any) -> None:
+    """``save()`` (Lightning's ``CSVLogger.save``: its ``ExperimentWriter`` appends the new rows to
+    ``metrics.csv``, or rewrites it when a column is new) done on a copy, ``.metrics.csv.tmp`` in the same folder,
+    which then replaces ``metrics.csv`` (``os.replace``): a full disk or a kill during the write leaves the
+    previous ``metrics.csv`` whole, never a truncated or empty one. The copy is removed when the write fails, and
+    the writer keeps the unsaved rows and its columns as they were, so the next save writes them."""
+    final, columns = writer.metrics_file_path, list(writer.metrics_keys)
+    tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.tmp")
+    try:
+        if os.path.isfile(final):
+            shutil.copyfile(final, tmp)
+        writer.metrics_file_path = tmp
+        save()
+        if os.path.isfile(tmp):
+            os.replace(tmp, final)
+    except BaseException as err:
+        writer.metrics_keys[:] = columns
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if isinstance(err, OSError) and err.filename in (None, tmp):  # name the log, not its temporary copy
+            raise OSError(err.errno, err.strerror, final) from err
+        raise
+    finally:
+        writer.metrics_file_path = final
 
 
 def csv_log_segments(save_dir: Path) -> list[Path]:

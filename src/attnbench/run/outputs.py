@@ -144,6 +144,16 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+def finished_run(output_dir: Path) -> dict[str, Any] | None:
+    """The ``metrics.json`` of the finished run in ``output_dir`` (a JSON object), or ``None`` when it holds none
+    or a damaged one (which :func:`check_output_dir` refuses)."""
+    try:
+        metrics = json.loads((Path(output_dir) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return metrics if isinstance(metrics, dict) else None
+
+
 def check_output_dir(output_dir: Path, resuming: bool = False) -> None:
     """Refuse to write into a directory that already holds a run's results.
 

@@ -18,7 +18,6 @@ the batches the uninterrupted run took next, with or without loader workers.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
 import os
@@ -35,7 +34,7 @@ from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from attnbench.errors import ConfigError, NonFiniteLossError, write_error
+from attnbench.errors import ConfigError, NonFiniteLossError, whole_sentences, write_error
 from attnbench.paths import user_path
 
 log = logging.getLogger(__name__)
@@ -87,8 +86,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
-        first = " ".join(str(err).split())[:160] or type(err).__name__
-        raise ConfigError(f"{path} is not a readable checkpoint (truncated or damaged: {first}); resume from "
+        raise ConfigError(f"{path} is not a readable checkpoint (truncated or damaged: torch.load raised "
+                          f"{whole_sentences(err, 100)}); resume from "
                           f"another .ckpt file of {Path(path).parent} (ckpt_path=<file>), or start afresh.") from None
 
 
@@ -134,7 +133,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(checkpoint, tmp)
+            with open(tmp, "wb") as file:  # through Python's file: a full disk is OSError(ENOSPC), not the
+                torch.save(checkpoint, file)  # RuntimeErrors of torch's own stream writer
             os.replace(tmp, path)
         except BaseException as err:
             with contextlib.suppress(OSError):
@@ -142,8 +142,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             cause = err if isinstance(err, OSError) else err.__cause__ or err.__context__
             if isinstance(cause, OSError) and cause.errno is not None and cause.filename in (None, str(tmp)):
                 raise OSError(cause.errno, cause.strerror, str(path)) from err  # the file, not its temporary name
-            if not isinstance(cause, OSError) and "No space left on device" in str(err):  # torch's stream writer
-                raise OSError(errno.ENOSPC, "No space left on device", str(path)) from err
             raise
 
 

@@ -4,9 +4,10 @@
     python train.py -m attention=dot,additive seed=0,1  # a sweep, one W&B group
     attnbench-train --help                            # config groups and options
 
-Check the config, claim the output dir, build data, model, loggers, callbacks and trainer from their
-``_target_`` configs, fit, test the best checkpoint, write ``metrics.json``. The command line around it is
-:mod:`attnbench.run.cli`; every fault's message is made in :mod:`attnbench.run.failures`.
+Check the config (the trainer too), claim the output dir, build data, model, callbacks, trainer and, once nothing
+can refuse the run, the loggers from their ``_target_`` configs, fit, test the best checkpoint, write
+``metrics.json``. The command line around it is :mod:`attnbench.run.cli`; every fault's message is made in
+:mod:`attnbench.run.failures`.
 """
 
 from __future__ import annotations
@@ -135,10 +136,10 @@ def build_module(cfg: DictConfig, vocab_size: int, num_classes: int, max_length:
 
 
 def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
-    """Fail in a second, before any data work, if the model or optimizer config cannot work.
+    """Fail in seconds, before any data work and before anything is written, if the config cannot work.
 
     The range checks of :func:`attnbench.config.check_run_config`, then the model built once with a 2-token
-    vocabulary (cheap: its own checks, and the score function's).
+    vocabulary (cheap: its own checks, and the score function's), then the trainer (:func:`check_trainer`).
 
     Raises:
         ConfigError: with the offending key and value.
@@ -154,6 +155,31 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
         if isinstance(cause, ValueError | KeyError):
             raise ConfigError(f"invalid config: {cause.args[0] if cause.args else repr(cause)}") from None
         raise_own_error(err)
+    check_trainer(cfg)
+
+
+def check_trainer(cfg: DictConfig) -> None:
+    """``cfg.trainer`` built once with the run's checkpoint plugin and no logger, callback or checkpointing, and
+    dropped: Lightning's own checks of the accelerator, devices, strategy and precision (``trainer=gpu`` on a
+    machine without a GPU, ``trainer.devices=0``, an unknown precision) run here, before any data work and before
+    a logger or checkpoint dir exists. Lightning's start-up lines and warnings are left to the real build.
+
+    Raises:
+        ConfigError: ``invalid trainer config: <Lightning's message>`` (:func:`from_instantiation`).
+    """
+    quiet = [logging.getLogger(name) for name in ("pytorch_lightning.utilities.rank_zero",
+                                                  "lightning_fabric.utilities.rank_zero")]
+    levels = [logger.level for logger in quiet]
+    try:
+        for logger in quiet:
+            logger.setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build(cfg.trainer, "trainer", logger=False, callbacks=[], enable_checkpointing=False,
+                  enable_progress_bar=False, enable_model_summary=False, plugins=[AtomicCheckpointIO()])
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
 
 
 def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: dict[str, Any]) -> list:
@@ -168,7 +194,7 @@ def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: d
     return [logger for logger in loggers if logger is not None]
 
 
-def build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool) -> list[pl.Callback]:
+def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
     """The callbacks of ``cfg.callbacks`` (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``), and a
     :class:`Throughput` if none is configured (the summary needs it)."""
     callbacks = []
@@ -178,8 +204,6 @@ def build_callbacks(cfg: DictConfig, output_dir: Path, has_logger: bool) -> list
         callback = build_with_context(node, "callbacks", dirpath=str(output_dir / "checkpoints"))
         if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
             continue  # trainer.enable_progress_bar=false wins over the configured bar
-        if isinstance(callback, LearningRateMonitor) and not has_logger:
-            continue  # logger=none: nothing to log the learning rate to (Lightning would stop the run)
         callbacks.append(callback)
     if not any(isinstance(c, Throughput) for c in callbacks):
         callbacks.append(Throughput())
@@ -230,17 +254,22 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
 
     if ckpt_path:
         check_checkpoint_fits(ckpt_path, module)
-    loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
-    wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
-    callbacks = build_callbacks(cfg, output_dir, has_logger=bool(loggers))
+    callbacks = build_callbacks(cfg, output_dir)
     resume_state = ResumeState()
-    if wandb_logger is not None and rank_zero:
-        resume_state.wandb_run = {"id": wandb_logger.experiment.id, "mode": wandb_logger.experiment.settings.mode}
     interrupt = InterruptCheckpoint(output_dir / "checkpoints")
     guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
-    trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=loggers or False, callbacks=[*callbacks, *guards],
+    trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=False, callbacks=[*callbacks, *guards],
                                 default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
                                 **validation_for_short_runs(cfg, datamodule))
+    # the loggers last: nothing can refuse the run any more (a CSV log of a resumed run sets the earlier one
+    # aside, a W&B run creates its folder); the Trainer takes them as its `logger=` argument would
+    loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
+    trainer.loggers = loggers
+    if not loggers:  # logger=none, or W&B could not start: no learning rate to log (Lightning would stop the run)
+        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
+    wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
+    if wandb_logger is not None and rank_zero:
+        resume_state.wandb_run = {"id": wandb_logger.experiment.id, "mode": wandb_logger.experiment.settings.mode}
     log.info("Training %s on %s: %s parameters, output in %s", cfg.attention.name, cfg.data.name,
              f"{sum(p.numel() for p in module.parameters()):,}", output_dir)
     release_writes(cfg)  # a resumed run's dir: its .hydra/ copy and train.log are written from here on
@@ -279,6 +308,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
             logger.save()
     info = run_info(cfg, output_dir, best, trainer.world_size, ckpt_path, resume_state.replay)
     info["stopped_by"] = stopped_by
+    info.update(class_balance(datamodule))  # the sweep's summary reads them too (macro-F1 beside an imbalanced acc)
     info.update(measured_on)
     if not trainer.is_global_zero:  # one metrics.json, one W&B summary and one printout per job
         return summary
@@ -291,7 +321,7 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
     finish_wandb(wandb_logger)
     to_log_files(logging.INFO, "Summary: %s", json.dumps({k: round(v, 6) for k, v in sorted(summary.items())}))
     # once, headline first; all figures are in metrics.json
-    print(format_summary(summary, {**info, **class_balance(datamodule)}), flush=True)
+    print(format_summary(summary, info), flush=True)
     return summary
 
 

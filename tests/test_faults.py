@@ -109,7 +109,11 @@ def test_a_value_a_score_function_refuses_answers_before_lightning_and_data_load
                                                                  "margin: 1.0\n")
     cases = [
         (["attention=additive", "attention.hidden_dim=-1"],
-         "invalid config: additive: attention.hidden_dim must be >= 1 (or null for head_dim), got -1"),
+         "invalid config: additive: attention.hidden_dim must be an integer >= 1 (or null for head_dim), got -1"),
+        (["attention=additive", "attention.compile=maybe"],
+         "invalid config: additive: attention.compile must be true or false, got 'maybe'"),
+        (["attention=cosine", "attention.eps=-1"],
+         "invalid config: cosine: attention.eps must be a number > 0 (the norm floor; default 1e-6), got -1"),
         (["attention=cosine", "attention.init_temperature=-1"],
          "invalid config: cosine: attention.init_temperature must be > 0 (or null for √head_dim), got -1.0"),
         (["attention=strict", "attention.margin=0", f"hydra.searchpath=[file://{tmp_path / 'conf'}]"],

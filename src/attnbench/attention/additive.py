@@ -117,12 +117,15 @@ class AdditiveScore(ScoreFunction):
         compile: bool = False,
     ) -> None:
         super().__init__(n_heads, head_dim)
-        hidden_dim = head_dim if hidden_dim is None else int(hidden_dim)
-        if hidden_dim < 1:
-            raise ValueError(f"additive: attention.hidden_dim must be >= 1 (or null for head_dim), got {hidden_dim}")
+        hidden_dim = head_dim if hidden_dim is None else hidden_dim
+        if isinstance(hidden_dim, bool) or not isinstance(hidden_dim, int) or hidden_dim < 1:
+            raise ValueError(f"additive: attention.hidden_dim must be an integer >= 1 (or null for head_dim), "
+                             f"got {hidden_dim!r}")
+        if not isinstance(compile, bool):
+            raise ValueError(f"additive: attention.compile must be true or false, got {compile!r}")
         self.hidden_dim = hidden_dim
         self.chunk_size, self.chunk_bytes = validated_chunking("additive", chunk_size, chunk_bytes)
-        self.compile = bool(compile)
+        self.compile = compile
         bound = 1.0 / math.sqrt(head_dim)
         self.w_query = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))
         self.w_key = nn.Parameter(torch.empty(n_heads, head_dim, hidden_dim).uniform_(-bound, bound))

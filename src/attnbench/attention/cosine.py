@@ -51,7 +51,9 @@ class CosineScore(ScoreFunction):
         tau0 = math.sqrt(head_dim) if init_temperature is None else float(init_temperature)
         if not tau0 > 0:
             raise ValueError(f"cosine: attention.init_temperature must be > 0 (or null for √head_dim), got {tau0}")
-        self.eps = eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise ValueError(f"cosine: attention.eps must be a number > 0 (the norm floor; default 1e-6), got {eps!r}")
+        self.eps = float(eps)
         self.log_temperature = nn.Parameter(torch.full((n_heads,), math.log(tau0)))
 
     def temperature(self) -> Tensor:

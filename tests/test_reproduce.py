@@ -21,28 +21,28 @@ import yaml
 from types import SimpleNamespace
 
 from attnbench.experiments import reproduce
+from attnbench.experiments.registry import GRIDS
 
 from .conftest import REPO_ROOT, train_env
 
 
 def _grids_from_yaml(stage: str) -> list[dict[str, list[str]]]:
     """The sweep grids of conf/experiment/<stage>.yaml read as plain YAML (comma lists), not through Hydra: its
-    ``hydra.sweeper.params`` over those of the experiment it extends (``defaults: [<experiment>]``), then each
-    ``grids`` entry (its own, else the extended one's) merged over them, a null value dropping the key; a key set to
+    ``hydra.sweeper.params`` over those of the experiment it extends (``defaults: [<experiment>]``), then each of the
+    stage's further grids (``registry.GRIDS``) merged over them, a None value dropping the key; a key set to
     ``${attnbench.score_functions:}`` is every ``conf/attention/*.yaml``, sorted by name."""
-    doc = yaml.safe_load((REPO_ROOT / "conf" / "experiment" / f"{stage}.yaml").read_text())
-    parent = next((d for d in doc.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
-    inherited = _grids_from_yaml(parent) if parent else [{}]
-    every = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
+    def params_of(name: str) -> dict[str, list[str]]:
+        doc = yaml.safe_load((REPO_ROOT / "conf" / "experiment" / f"{name}.yaml").read_text())
+        parent = next((d for d in doc.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
+        return {**(params_of(parent) if parent else {}),
+                **{k: values(v) for k, v in doc["hydra"]["sweeper"]["params"].items()}}
 
     def values(v) -> list[str]:
+        every = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
         return every if v == "${attnbench.score_functions:}" else [x.strip() for x in str(v).split(",")]
 
-    params = {**inherited[0], **{k: values(v) for k, v in doc["hydra"]["sweeper"]["params"].items()}}
-    if "grids" in doc:
-        further = [{k: None if v is None else values(v) for k, v in g.items()} for g in doc["grids"] or []]
-    else:
-        further = [{k: v for k, v in g.items() if inherited[0].get(k) != v} for g in inherited[1:]]
+    params = params_of(stage)
+    further = [{k: None if v is None else values(v) for k, v in g.items()} for g in GRIDS.get(stage, [])]
     return [params] + [{k: v for k, v in {**params, **g}.items() if v is not None} for g in further]
 
 

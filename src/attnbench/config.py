@@ -163,9 +163,6 @@ class RunConfig:
     budget: Optional[dict[str, int]] = None  # an experiment's per-dataset step or epoch budget
     # an experiment's per-dataset data.max_length (tokens), as ``data.max_length: ${max_length_by_data.${data.name}}``
     max_length_by_data: Optional[dict[str, int]] = None
-    # an experiment's further sweep grids, each merged over hydra.sweeper.params: attnbench reproduce runs the union
-    # of their products (attnbench.experiments.registry.sweep_grids); python train.py -m sweeps hydra.sweeper.params
-    grids: Optional[list[dict[str, Any]]] = None
     # when trainer.max_time stopped the fit before its budget: test on this many batches only (enough for the
     # inference rate; an unfinished run's accuracy is not reported), or null: the whole test split
     test_batches_if_stopped: Optional[int] = field(default=None, metadata=must(

@@ -19,16 +19,10 @@ score function is selected by its YAML (``attention=<name>``); a registered clas
 config-group option and is not swept.
 
 A stage whose jobs are not one product (a d_a grid for ``additive`` beside one ``scaled_dot`` per setting; more seeds
-on one dataset than on the others) lists its further grids under ``grids``, each a ``key: values`` mapping merged over
-``hydra.sweeper.params``; its jobs are the union of the products, in order (:func:`sweep_grids`)::
-
-    hydra:
-      sweeper:
-        params: {seed: "0,1,2", data: sst2, attention: additive, attention.hidden_dim: "128,512"}
-    grids:
-      - {attention: "additive,scaled_dot", attention.hidden_dim: null}   # null: the key is not swept in this grid
-
-``python train.py -m experiment=<stage>`` sweeps ``hydra.sweeper.params`` alone; ``attnbench reproduce`` runs the union.
+on one dataset than on the others) has further grids in :data:`GRIDS`, each a ``key: values`` mapping merged over its
+``hydra.sweeper.params``; its jobs are the union of the products, in order (:func:`sweep_grids`). They live here, not
+in the run config, so that no run records a sweep's layout as a setting of its own. ``python train.py -m
+experiment=<stage>`` sweeps ``hydra.sweeper.params`` alone; ``attnbench reproduce`` runs the union.
 
 The stages in order (:data:`TRAIN_STAGES`, then ``cost``):
 
@@ -81,6 +75,21 @@ ESTIMATED_AS = {"tune_lr": "compare", "compare_tuned": "compare"}
 #: not trained again, their records are copied (compare's seed-0 shared-lr jobs in tune_lr, its shared-lr jobs in
 #: compare_tuned, its d_a = d_k additive and scaled_dot SST-2 jobs in d_a)
 REUSES = {"tune_lr": "compare", "compare_tuned": "compare", "d_a": "compare"}
+#: compare's seeds beyond hydra.sweeper.params' 0-4: SST-2's paired differences need 10 for a 1-point minimum
+#: detectable difference (conf/experiment/compare.yaml)
+_SST2_SEEDS = [{"seed": "5,6,7,8,9", "data": "sst2"}]
+#: each stage's further grids (:func:`sweep_grids`): ``{key: values}`` merged over the experiment's
+#: ``hydra.sweeper.params``; a key set to None is not swept in that grid
+GRIDS: dict[str, list[dict[str, str | None]]] = {
+    "compare": _SST2_SEEDS,
+    "compare_tuned": _SST2_SEEDS,
+    # d_a: additive at its default d_a (= d_k) and scaled_dot once per setting, beside params' d_a 128, 512 on SST-2;
+    # the same three on associative recall at 24 pairs (conf/experiment/d_a.yaml)
+    "d_a": [{"attention": "additive,scaled_dot", "attention.hidden_dim": None},
+            {"data": "assoc_recall", "model": "recall", "data.num_pairs": "24"},
+            {"data": "assoc_recall", "model": "recall", "data.num_pairs": "24", "attention": "additive,scaled_dot",
+             "attention.hidden_dim": None}],
+}
 #: the config keys that define what a job trains and tests: two jobs equal in all of them are the same training
 #: (their name, task_name, tags and W&B group aside)
 TRAINING_KEYS = ("seed", "model", "attention", "data", "optim", "trainer", "module", "compile", "callbacks",
@@ -148,21 +157,11 @@ def sweep_params(stage: str, overrides: list[str] = ()) -> dict[str, str]:
 
 
 def sweep_grids(stage: str, overrides: list[str] = ()) -> list[dict[str, str]]:
-    """The grids of ``conf/experiment/<stage>.yaml``: ``hydra.sweeper.params`` (as :func:`sweep_params`), then each
-    entry of its ``grids`` merged over it (a key set to null there is not swept in that grid), resolved. Call
-    inside ``hydra.initialize_config_dir``.
-
-    Raises:
-        ValueError: a ``grids`` entry is not a mapping of keys to values.
-    """
+    """The grids of a stage: ``hydra.sweeper.params`` of ``conf/experiment/<stage>.yaml`` (as :func:`sweep_params`),
+    then each of its :data:`GRIDS` merged over it (a key set to None there is not swept in that grid). Call inside
+    ``hydra.initialize_config_dir``."""
     from hydra import compose
 
     cfg = compose("train", overrides=[f"experiment={stage}", *overrides], return_hydra_config=True)
     params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
-    grids = [params]
-    for i, extra in enumerate(OmegaConf.to_container(cfg.grids, resolve=True) if cfg.get("grids") else []):
-        if not isinstance(extra, dict):
-            raise ValueError(f"experiment={stage}: grids[{i}] must map keys to values (key: v1,v2), got {extra!r}")
-        merged = {**params, **{str(k): None if v is None else str(v) for k, v in extra.items()}}
-        grids.append({k: v for k, v in merged.items() if v is not None})
-    return grids
+    return [params] + [{k: v for k, v in {**params, **extra}.items() if v is not None} for extra in GRIDS.get(stage, [])]

@@ -8,9 +8,9 @@
     attnbench reproduce --stages compare --report-only --publish   # no job: report and publish the stage
 
 Stages, in this order (:data:`attnbench.experiments.registry.STAGES`; each is a shipped experiment,
-``conf/experiment/<stage>.yaml``, whose sweep grids, ``hydra.sweeper.params`` and its further ``grids``, are read
-from the composed config (:func:`attnbench.experiments.registry.sweep_grids`), so the yaml stays the one place a grid
-is defined; its score functions are every one on the config search path,
+``conf/experiment/<stage>.yaml``, whose sweep grid ``hydra.sweeper.params`` is read from the composed config, with
+the stage's further grids of :data:`attnbench.experiments.registry.GRIDS` (:func:`~attnbench.experiments.registry.
+sweep_grids`); its score functions are every one on the config search path,
 ``--set hydra.searchpath=[file://<dir>]`` included, unless the experiment names some):
 
 - ``compare``: every score function (the ``uniform`` control included) x seeds x SST-2, TREC, IMDB at the shared
@@ -169,7 +169,7 @@ class Job:
 
 def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[dict[str, str]]:
     """The sweep of ``conf/experiment/<stage>.yaml`` as a list of override dicts: each of its grids
-    (:func:`attnbench.experiments.registry.sweep_grids`: ``hydra.sweeper.params``, then its ``grids``) in Hydra's
+    (:func:`attnbench.experiments.registry.sweep_grids`: ``hydra.sweeper.params``, then its ``GRIDS``) in Hydra's
     basic-sweeper order (first key outermost), one after another, a job in two grids once. Call inside
     ``hydra.initialize_config_dir`` (as :func:`plan` does).
 

@@ -32,9 +32,9 @@ The stages in order (:data:`TRAIN_STAGES`, then ``cost``):
   (score function, dataset)'s learning rate is the one with the best validation accuracy (:data:`TUNE_METRIC`);
 - ``compare_tuned``: compare's grid on SST-2 and IMDB, each (score function, dataset) at its chosen learning rate
   (:data:`TUNED_BY`);
-- ``head_dim_sweep``: d_k = head_dim 16 ... 256 x five score functions x seeds on SST-2;
+- ``head_dim_sweep``: d_k = head_dim 16 ... 128 x five score functions x seeds on SST-2;
 - ``d_a``: ``additive``'s hidden size d_a at fixed d_k = 32, beside ``scaled_dot``, on SST-2 and associative recall;
-- ``long_context``: IMDB at max_length 512, every score function x seeds;
+- ``long_context``: IMDB at max_length 512, ``scaled_dot`` and the ``uniform`` control x seeds;
 - ``capacity``: associative recall at data.num_pairs 8 ... 32 x head_dim 8 / 64 x every score function x seeds.
 
 A job whose training is the same as a job of an earlier stage (the same :data:`TRAINING_KEYS`, its name and

@@ -20,9 +20,9 @@ sweep_grids`); its score functions are every one on the config search path,
   (:func:`write_chosen_lr`; published as ``docs/results/<device>/tune_lr_chosen_lr.json``);
 - ``compare_tuned``: compare's grid on SST-2 and IMDB, each job with ``optim.lr=<chosen>``; until tune_lr has chosen,
   its jobs wait and the plan counts them in full (an upper bound);
-- ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
+- ``head_dim_sweep``: head_dim 16 ... 128 x five score functions x seeds;
 - ``d_a``: additive's d_a 32 / 128 / 512 at d_k 32 beside scaled_dot, on SST-2 and associative recall, x seeds;
-- ``long_context``: IMDB at max_length 512 x score functions x seeds;
+- ``long_context``: IMDB at max_length 512 x ``scaled_dot`` and ``uniform`` x seeds;
 - ``capacity``: associative recall at data.num_pairs 8 ... 32 x head_dim 8 / 64 x every score function (the
   ``uniform`` control included) x seeds: test accuracy against memory load;
 - ``cost``: ``attnbench bench attention`` (time and memory of one attention call per score function and

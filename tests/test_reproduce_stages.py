@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -134,5 +135,42 @@ def test_d_a_sweeps_additive_hidden_size_beside_one_scaled_dot_per_setting(tmp_p
     assert reused == {f"{a}-sst2-s{s}": f"{a}-sst2-s{s}" for a in ("additive", "scaled_dot") for s in range(3)}
     # the setting separates the estimates: d_a 128 and 512 never share one
     keys = {j.estimate_key for j in d_a if j.overrides["data"] == "sst2"}
-    assert keys == {"d_a/additive/data=sst2,attention.hidden_dim=128", "d_a/additive/data=sst2,attention.hidden_dim=512",
-                    "d_a/additive/data=sst2", "d_a/scaled_dot/data=sst2"}
+    assert keys == {"d_a/additive/data=sst2,attention.hidden_dim=128",
+                    "d_a/additive/data=sst2,attention.hidden_dim=512", "d_a/additive/data=sst2",
+                    "d_a/scaled_dot/data=sst2"}
+
+
+@pytest.mark.slow
+def test_a_reproduction_runs_tune_lr_then_compare_tuned_at_the_chosen_lr_and_trains_nothing_twice(tmp_path,
+                                                                                                   monkeypatch):
+    """compare, tune_lr, compare_tuned in one reproduction (each job "trained" by writing its metrics.json): tune_lr's
+    shared-lr jobs are copied from compare, the choice is written after tune_lr's runs, and compare_tuned then trains
+    only the job whose chosen lr is not the shared one (additive at 3e-3); scaled_dot's (1e-3) is compare's run."""
+    grid = ["seed=0", "data=sst2", "attention=additive,scaled_dot"]
+    best = {"scaled_dot": "0.001", "additive": "0.003"}
+    ran = []
+
+    def train(todo, groups, device, manifest, out, commit, table):
+        for job in todo:
+            ran.append(f"{job.stage}/{job.name}")
+            lr = job.overrides.get("optim.lr", "0.001")
+            _finished(job, {TUNE_METRIC: 0.85 if lr == best[job.overrides["attention"]] else 0.80})
+            manifest["jobs"][f"{job.stage}/{job.name}"] = {"status": "done", "commits": ["c"]}
+        return []
+
+    monkeypatch.setattr(reproduce, "run_jobs", train)
+    stages = ["compare", "tune_lr", "compare_tuned"]
+    jobs = reproduce.plan(stages, tmp_path, grid, [])
+    manifest = {"jobs": {}}
+    args = SimpleNamespace(grid=grid, extra=[], device="cpu")
+    assert reproduce.run_phases(jobs, stages, args, [None], manifest, tmp_path, "c", {}) == []
+    assert ran == ["compare/additive-sst2-s0", "compare/scaled_dot-sst2-s0",
+                   *(f"tune_lr/{a}-sst2-lr{lr}-s0" for a in ("additive", "scaled_dot")
+                     for lr in ("0.0003", "0.003", "0.01")),
+                   "compare_tuned/additive-sst2-s0"]
+    chosen = json.loads((tmp_path / "tune_lr" / "chosen_lr.json").read_text())["chosen"]
+    assert chosen == {"sst2": {"additive": 0.003, "scaled_dot": 0.001}}
+    assert sorted(k for k, v in manifest["jobs"].items() if "reused_from" in v) == [
+        "compare_tuned/scaled_dot-sst2-s0", "tune_lr/additive-sst2-lr0.001-s0", "tune_lr/scaled_dot-sst2-lr0.001-s0"]
+    assert sorted(p.parent.name for p in (tmp_path / "compare_tuned").glob("*/metrics.json")) == [
+        "additive-sst2-s0", "scaled_dot-sst2-s0"]

@@ -164,4 +164,5 @@ def sweep_grids(stage: str, overrides: list[str] = ()) -> list[dict[str, str]]:
 
     cfg = compose("train", overrides=[f"experiment={stage}", *overrides], return_hydra_config=True)
     params = {str(k): str(v) for k, v in (cfg.hydra.sweeper.params or {}).items()}
-    return [params] + [{k: v for k, v in {**params, **extra}.items() if v is not None} for extra in GRIDS.get(stage, [])]
+    further = [{k: v for k, v in {**params, **extra}.items() if v is not None} for extra in GRIDS.get(stage, [])]
+    return [params, *further]

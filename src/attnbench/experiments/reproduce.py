@@ -808,7 +808,8 @@ def run_phases(jobs: list[Job], stages: list[str], args, groups: list[set[int] |
     (:func:`copy_reused`). Returns the failed jobs."""
     waiting = [j.stage for j in jobs if j.waits_for]
     cut = min((TRAIN_STAGES.index(s) for s in waiting), default=len(TRAIN_STAGES))
-    parts = [[j for j in jobs if TRAIN_STAGES.index(j.stage) < cut], [j for j in jobs if TRAIN_STAGES.index(j.stage) >= cut]]
+    parts = [[j for j in jobs if TRAIN_STAGES.index(j.stage) < cut],
+             [j for j in jobs if TRAIN_STAGES.index(j.stage) >= cut]]
     failed: list = []
     for i, part in enumerate(parts):
         if i == 1:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -22,17 +21,40 @@ import yaml
 from types import SimpleNamespace
 
 from attnbench.experiments import reproduce
+from attnbench.experiments.registry import GRIDS
 
 from .conftest import REPO_ROOT, train_env
 
 
-def _grid_from_yaml(stage: str) -> dict[str, list[str]]:
-    """The sweep grid of conf/experiment/<stage>.yaml read as plain YAML (comma lists), not through Hydra; a key
-    set to ``${attnbench.score_functions:}`` is every ``conf/attention/*.yaml``, sorted by name."""
-    params = yaml.safe_load((REPO_ROOT / "conf" / "experiment" / f"{stage}.yaml").read_text())["hydra"]["sweeper"]
-    every = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
-    return {k: every if values == "${attnbench.score_functions:}" else [v.strip() for v in str(values).split(",")]
-            for k, values in params["params"].items()}
+def _grids_from_yaml(stage: str) -> list[dict[str, list[str]]]:
+    """The sweep grids of conf/experiment/<stage>.yaml read as plain YAML (comma lists), not through Hydra: its
+    ``hydra.sweeper.params`` over those of the experiment it extends (``defaults: [<experiment>]``), then each of the
+    stage's further grids (``registry.GRIDS``) merged over them, a None value dropping the key; a key set to
+    ``${attnbench.score_functions:}`` is every ``conf/attention/*.yaml``, sorted by name."""
+    def params_of(name: str) -> dict[str, list[str]]:
+        doc = yaml.safe_load((REPO_ROOT / "conf" / "experiment" / f"{name}.yaml").read_text())
+        parent = next((d for d in doc.get("defaults", []) if isinstance(d, str) and d != "_self_"), None)
+        return {**(params_of(parent) if parent else {}),
+                **{k: values(v) for k, v in doc["hydra"]["sweeper"]["params"].items()}}
+
+    def values(v) -> list[str]:
+        every = sorted(p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml"))
+        return every if v == "${attnbench.score_functions:}" else [x.strip() for x in str(v).split(",")]
+
+    params = params_of(stage)
+    further = [{k: None if v is None else values(v) for k, v in g.items()} for g in GRIDS.get(stage, [])]
+    return [params] + [{k: v for k, v in {**params, **g}.items() if v is not None} for g in further]
+
+
+def _jobs_from_yaml(stage: str) -> list[dict[str, str]]:
+    """Every job of :func:`_grids_from_yaml`: each grid's product (first key outermost, as Hydra's basic sweeper),
+    one grid after another, a job in two grids once."""
+    jobs: dict[tuple, dict[str, str]] = {}
+    for grid in _grids_from_yaml(stage):
+        for combo in itertools.product(*grid.values()):
+            job = dict(zip(grid, combo))
+            jobs.setdefault(tuple(sorted(job.items())), job)
+    return list(jobs.values())
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +67,10 @@ def plans(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", reproduce.TRAIN_STAGES)
 def test_the_plan_is_the_experiments_grid_in_sweep_order(plans, stage):
-    grid = _grid_from_yaml(stage)
     tmp_path, jobs = plans[0], plans[1][stage]
-    assert len(jobs) == math.prod(len(v) for v in grid.values())
-    expected = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
-    assert [j.overrides for j in jobs] == expected  # first key outermost, as Hydra's basic sweeper
+    expected = _jobs_from_yaml(stage)
+    # first key outermost, as Hydra's basic sweeper; a tuned stage's jobs get optim.lr once tune_lr chose it
+    assert [{k: v for k, v in j.overrides.items()} for j in jobs] == expected
     assert len({j.run_dir for j in jobs}) == len(jobs)
     assert all(j.run_dir.parent == tmp_path / stage and j.status() == "todo" for j in jobs)
 
@@ -639,11 +660,15 @@ def test_the_plan_columns_add_up(tmp_path, capsys):
     (jobs[1].run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
     (jobs[2].run_dir).mkdir(parents=True)
     assert [j.status() for j in jobs] == list(names)
-    total = reproduce.print_plan(jobs, {jobs[0].estimate_key: 10.0}, ["compare"], tmp_path)
-    assert total == 30.0  # three jobs to run (the resumed one counted in full)
+    reused = reproduce.Job("tune_lr", {"attention": "dot", "seed": "0", "optim.lr": "0.001"},
+                           tmp_path / "tune_lr" / "dot-lr0.001-s0", same_as=jobs[0])
+    assert reused.status() == "reuse"
+    total = reproduce.print_plan(jobs + [reused], {jobs[0].estimate_key: 10.0}, ["compare", "tune_lr"], tmp_path)
+    assert total == 30.0  # three jobs to run (the resumed one counted in full), the reused one none
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["stage", "jobs", "done", "resume", "start", "expected"]
-    assert lines[1].split()[1:5] == ["4", "1", "1", "2"]  # 4 = 1 + 1 + 2
+    assert lines[0].split() == ["stage", "jobs", "done", "reuse", "resume", "start", "expected"]
+    assert lines[1].split()[1:6] == ["4", "1", "0", "1", "2"]  # 4 = 1 + 0 + 1 + 2
+    assert lines[2].split()[1:6] == ["1", "0", "1", "0", "0"]
 
 
 def test_a_part_with_set_overrides_is_not_estimated_as_the_stages_job(tmp_path, capsys):

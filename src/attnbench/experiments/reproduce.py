@@ -8,19 +8,31 @@
     attnbench reproduce --stages compare --report-only --publish   # no job: report and publish the stage
 
 Stages, in this order (:data:`attnbench.experiments.registry.STAGES`; each is a shipped experiment,
-``conf/experiment/<stage>.yaml``, whose sweep grid ``hydra.sweeper.params`` is read from the composed config, so
-the yaml stays the one place a grid is defined; its score functions are every one on the config search path,
+``conf/experiment/<stage>.yaml``, whose sweep grid ``hydra.sweeper.params`` is read from the composed config, with
+the stage's further grids of :data:`attnbench.experiments.registry.GRIDS` (:func:`~attnbench.experiments.registry.
+sweep_grids`); its score functions are every one on the config search path,
 ``--set hydra.searchpath=[file://<dir>]`` included, unless the experiment names some):
 
-- ``compare``: every score function x seeds x datasets;
-- ``head_dim_sweep``: head_dim 16 ... 256 x score functions x seeds;
-- ``long_context``: IMDB at max_length 256 / 512 x every score function;
+- ``compare``: every score function (the ``uniform`` control included) x seeds x SST-2, TREC, IMDB at the shared
+  learning rate;
+- ``tune_lr``: every score function x SST-2, IMDB x a log grid of ``optim.lr``, seed 0; when its runs are done the
+  learning rate each (dataset, score function) chose on validation is written to ``<out>/tune_lr/chosen_lr.json``
+  (:func:`write_chosen_lr`; published as ``docs/results/<device>/tune_lr_chosen_lr.json``);
+- ``compare_tuned``: compare's grid on SST-2 and IMDB, each job with ``optim.lr=<chosen>``; until tune_lr has chosen,
+  its jobs wait and the plan counts them in full (an upper bound);
+- ``head_dim_sweep``: head_dim 16 ... 128 x five score functions x seeds;
+- ``d_a``: additive's d_a 32 / 128 / 512 at d_k 32 beside scaled_dot, on SST-2 and associative recall, x seeds;
+- ``long_context``: IMDB at max_length 512 x ``scaled_dot`` and ``uniform`` x seeds;
 - ``capacity``: associative recall at data.num_pairs 8 ... 32 x head_dim 8 / 64 x every score function (the
   ``uniform`` control included) x seeds: test accuracy against memory load;
 - ``cost``: ``attnbench bench attention`` (time and memory of one attention call per score function and
   sequence length: n = 64 ... 1024 and d at n = 256 on a CPU, n ... 4096 on a GPU) and
   ``attnbench bench train --attention`` (training tokens/s of every score function, interleaved on the same
   batches: the cost ratios of the Results); on a CPU both with every CPU this process may use.
+
+A job whose training is a ``compare`` job's (:func:`training_fingerprint` equal: tune_lr's and compare_tuned's jobs at
+the shared learning rate, d_a's default-d_a and scaled_dot SST-2 jobs) is not trained again: once that job is done its
+record is copied (:func:`copy_reused`; the plan's ``reuse`` column, the manifest's ``reused_from``).
 
 Each job runs as a single Hydra run, ``attnbench train experiment=<stage> <grid overrides> hydra.run.dir=
 <out>/<stage>/<run_name>``, in the sweep's order (seed outermost, so a stopped reproduction has whole seeds).
@@ -64,14 +76,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnbench.experiments import code_commit
-from attnbench.experiments.registry import BASELINE, STAGES, TRAIN_STAGES, sweep_params
+from attnbench.experiments.registry import (BASELINE, ESTIMATED_AS, REUSES, STAGES, TRAIN_STAGES, TRAINING_KEYS,
+                                            TUNE_METRIC, TUNED_BY, sweep_grids, sweep_params)
 
 #: the folder the command works in (``--root``, default: the current directory): the jobs run there, the default
 #: ``--out`` is ``results/<device>`` under it, and ``--publish``, ``--from-published``, ``--save-progress`` and
 #: ``--write-estimates`` read and write its ``docs/results/`` (a checkout of the repository)
 ROOT = Path.cwd()
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
-SETTING_KEYS = ("data", "data.num_pairs", "model.head_dim", "data.max_length")
+SETTING_KEYS = ("data", "data.num_pairs", "model.head_dim", "data.max_length", "attention.hidden_dim", "optim.lr")
+#: the file a tuning stage's choice is written to, in ``<out>/<stage>/`` (published as ``<stage>_chosen_lr.json``)
+CHOSEN_LR = "chosen_lr.json"
 #: each cost benchmark's result file under ``<out>/cost`` (its presence means the benchmark is done)
 COST_RESULTS = {"attention": "attention/results.json", "train_throughput": "train_throughput.json"}
 #: the attention benchmark's sizes on a CPU: additive's forward+backward at B=H=4 takes about 20 s a call at n = 1024
@@ -91,6 +106,12 @@ class Job:
     extra: list[str] = field(default_factory=list)
     #: the job's composed ``data`` config (plain containers), for the plan's check that its data can be loaded
     data: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the job of an earlier stage whose training this job's is (:func:`training_fingerprint`): not trained, its
+    #: record copied into :attr:`run_dir` once that job is done (:func:`copy_reused`)
+    same_as: "Job | None" = field(default=None, repr=False, compare=False)
+    #: the tuning stage whose choice this job still waits for (:data:`attnbench.experiments.registry.TUNED_BY`): its
+    #: ``optim.lr`` is not known yet; the plan counts it in full at the time of the stage it is estimated as
+    waits_for: str | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +125,16 @@ class Job:
         return f"{self.stage}/{self.overrides.get('attention', 'scaled_dot')}/{setting}"
 
     @property
+    def alias_key(self) -> str | None:
+        """:attr:`budget_key` as the job of :data:`~attnbench.experiments.registry.ESTIMATED_AS`'s stage with the
+        same setting (``optim.lr`` aside) would have it, e.g. ``compare/additive/data=sst2`` for tune_lr's
+        ``additive-sst2-lr0.003-s0``; None for a stage not estimated so, or a job with ``--set`` overrides."""
+        if self.stage not in ESTIMATED_AS or self.extra:
+            return None
+        setting = ",".join(f"{k}={self.overrides[k]}" for k in SETTING_KEYS if k in self.overrides and k != "optim.lr")
+        return f"{ESTIMATED_AS[self.stage]}/{self.overrides.get('attention', 'scaled_dot')}/{setting}"
+
+    @property
     def estimate_key(self) -> str:
         """:attr:`budget_key`, followed by the job's ``--set`` overrides, sorted, when it has any (e.g.
         ``compare/additive/data=sst2 --set trainer.max_steps=150``): a job with other settings than the stage's
@@ -112,10 +143,13 @@ class Job:
         return self.budget_key + (" --set " + " ".join(sorted(self.extra)) if self.extra else "")
 
     def status(self) -> str:
-        """``done`` (metrics.json), ``resume`` (a checkpoint ``ckpt_path=last`` resumes from: ``last*.ckpt`` or
-        ``interrupted.ckpt``), ``leftover`` (a dir without either) or ``todo``."""
+        """``done`` (metrics.json), ``reuse`` (the same training as :attr:`same_as`: copied, not run), ``resume`` (a
+        checkpoint ``ckpt_path=last`` resumes from: ``last*.ckpt`` or ``interrupted.ckpt``), ``leftover`` (a dir
+        without either) or ``todo``."""
         if (self.run_dir / "metrics.json").is_file():
             return "done"
+        if self.same_as is not None:
+            return "reuse"
         checkpoints = self.run_dir / "checkpoints"
         if any(checkpoints.glob("last*.ckpt")) or (checkpoints / "interrupted.ckpt").is_file():
             return "resume"
@@ -134,31 +168,39 @@ class Job:
 
 
 def stage_grid(stage: str, grid_overrides: list[str], extra: list[str]) -> list[dict[str, str]]:
-    """The sweep of ``conf/experiment/<stage>.yaml`` as a list of override dicts, in Hydra's basic-sweeper
-    order (first key outermost). Call inside ``hydra.initialize_config_dir`` (as :func:`plan` does).
+    """The sweep of ``conf/experiment/<stage>.yaml`` as a list of override dicts: each of its grids
+    (:func:`attnbench.experiments.registry.sweep_grids`: ``hydra.sweeper.params``, then its ``GRIDS``) in Hydra's
+    basic-sweeper order (first key outermost), one after another, a job in two grids once. Call inside
+    ``hydra.initialize_config_dir`` (as :func:`plan` does).
 
-    ``grid_overrides`` (``key=v1,v2``) replace a key's values or add a key; ``extra`` overrides are applied
-    when composing (they may change ``run_name``).
+    ``grid_overrides`` (``key=v1,v2``) replace a key's values or add a key, in every grid; ``extra`` overrides are
+    applied when composing (they may change ``run_name``).
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    params = sweep_params(stage, extra)  # its score functions: every one on the search path, unless it names some
+    grids = sweep_grids(stage, extra)  # its score functions: every one on the search path, unless it names some
     for item in grid_overrides:
         key, sep, values = item.partition("=")
         if not sep:
             raise SystemExit(f"--grid {item!r}: write key=value[,value...] (e.g. --grid seed=0,1)")
-        params[key] = values
+        for params in grids:
+            params[key] = values
     parser = OverridesParser.create()
-    axes = []
-    for key, values in params.items():
-        (override,) = parser.parse_overrides([f"{key}={values}"])
-        axes.append([(key, v) for v in override.sweep_string_iterator()] if override.is_sweep_override()
-                    else [(key, override.get_value_element_as_str())])
-    return [dict(combo) for combo in itertools.product(*axes)]
+    combos: dict[tuple, dict[str, str]] = {}
+    for params in grids:
+        axes = []
+        for key, values in params.items():
+            (override,) = parser.parse_overrides([f"{key}={values}"])
+            axes.append([(key, v) for v in override.sweep_string_iterator()] if override.is_sweep_override()
+                        else [(key, override.get_value_element_as_str())])
+        for combo in itertools.product(*axes):
+            combos.setdefault(tuple(sorted(combo)), dict(combo))
+    return list(combos.values())
 
 
-def compose_job(stage: str, overrides: dict[str, str], extra: list[str]) -> tuple[str, dict]:
-    """The job's ``run_name`` as the experiment defines it and its ``data`` config, composed with its overrides."""
+def compose_job(stage: str, overrides: dict[str, str], extra: list[str]) -> tuple[str, dict, str]:
+    """The job's ``run_name`` as the experiment defines it, its ``data`` config and its
+    :func:`training_fingerprint`, composed with its overrides."""
     from hydra import compose
     from omegaconf import OmegaConf
 
@@ -167,11 +209,110 @@ def compose_job(stage: str, overrides: dict[str, str], extra: list[str]) -> tupl
         data = OmegaConf.to_container(cfg.data, resolve=True)
     except Exception:  # noqa: BLE001 (an interpolation only a running job resolves, e.g. ${hydra:runtime...})
         data = {}  # not checked by the plan: the job's own preflight checks it
-    return str(cfg.run_name), data
+    return str(cfg.run_name), data, training_fingerprint(cfg)
+
+
+def training_fingerprint(cfg) -> str:
+    """What a composed config trains and tests, as one string: its :data:`~attnbench.experiments.registry.
+    TRAINING_KEYS`, each value resolved (a value only a running job resolves, ``${hydra:runtime.output_dir}``, kept
+    as its text, the same in every job). Two jobs with the same fingerprint are the same training."""
+    from omegaconf import OmegaConf
+
+    def resolved(node, path: str):
+        if isinstance(node, dict):
+            return {str(k): resolved(v, f"{path}.{k}") for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolved(v, f"{path}.{i}") for i, v in enumerate(node)]
+        if isinstance(node, str) and "${" in node:
+            try:
+                value = OmegaConf.select(cfg, path, throw_on_missing=False)
+                return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            except Exception:  # noqa: BLE001 (an interpolation of the running job: its text)
+                return node
+        return node
+
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    return json.dumps({key: resolved(raw[key], key) for key in TRAINING_KEYS if key in raw}, sort_keys=True,
+                      default=str)
+
+
+def chosen_lr(jobs: list[Job], shared_lr: float) -> dict:
+    """The learning rate a tuning stage's finished ``jobs`` choose per dataset and score function: the ``optim.lr``
+    whose run has the highest :data:`~attnbench.experiments.registry.TUNE_METRIC` in its ``metrics.json`` (ties: the
+    shared lr, then the smaller lr). A (dataset, score function) some of whose planned learning rates have not
+    finished (or lack the metric) has no choice yet and is listed under ``incomplete``.
+
+    Returns:
+        ``{"metric", "shared_lr", "chosen": {data: {attention: lr}}, "values": {data: {attention: {lr: value}}},
+        "incomplete": ["<data>/<attention>", ...]}``.
+    """
+    cells: dict[tuple[str, str], dict[float, float | None]] = {}
+    for job in jobs:
+        lr = float(job.overrides["optim.lr"])
+        metrics = job.run_dir / "metrics.json"
+        value = json.loads(metrics.read_text()).get(TUNE_METRIC) if metrics.is_file() else None
+        cells.setdefault((job.overrides.get("data", "sst2"), job.overrides.get("attention", BASELINE)), {})[lr] = value
+    chosen: dict[str, dict[str, float]] = {}
+    values: dict[str, dict[str, dict[str, float | None]]] = {}
+    incomplete = []
+    for (data, attention), by_lr in sorted(cells.items()):
+        values.setdefault(data, {})[attention] = {repr(lr): v for lr, v in sorted(by_lr.items())}
+        if any(v is None for v in by_lr.values()):
+            incomplete.append(f"{data}/{attention}")
+            continue
+        best = max(by_lr, key=lambda lr: (by_lr[lr], lr == shared_lr, -lr))
+        chosen.setdefault(data, {})[attention] = best
+    return {"metric": TUNE_METRIC, "shared_lr": shared_lr, "chosen": chosen, "values": values,
+            "incomplete": incomplete}
+
+
+def write_chosen_lr(stage: str, jobs: list[Job], out: Path) -> Path | None:
+    """Write :func:`chosen_lr` of ``stage``'s planned ``jobs`` to ``<out>/<stage>/chosen_lr.json`` (atomically);
+    returns the path, or None when none of them has finished."""
+    from attnbench.config import OptimConfig
+
+    mine = [j for j in jobs if j.stage == stage]
+    if not any(j.status() == "done" for j in mine):
+        return None
+    path = out / stage / CHOSEN_LR
+    tmp = path.with_name(f".{CHOSEN_LR}.tmp")
+    tmp.write_text(json.dumps(chosen_lr(mine, OptimConfig.lr), indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def copy_reused(jobs: list[Job], manifest: dict, out: Path) -> list[Job]:
+    """Copy the record (:data:`RUN_RECORD_FILES`) of each finished job that a ``reuse`` job of ``jobs`` is the same
+    training as into the reuse job's dir, with the source's manifest record (``reused_from`` added); returns the
+    jobs done so."""
+    copied = []
+    for job in jobs:
+        source = job.same_as
+        if job.status() != "reuse" or source.status() != "done":
+            continue
+        tmp = job.run_dir.with_name(f".{job.name}.reuse-tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        copy_run_record(source.run_dir, tmp)
+        shutil.rmtree(job.run_dir, ignore_errors=True)
+        tmp.replace(job.run_dir)
+        key = str(source.run_dir.relative_to(out))
+        with LOCK:
+            manifest["jobs"][str(job.run_dir.relative_to(out))] = {
+                **manifest["jobs"].get(key, {}), "estimate_key": job.estimate_key, "overrides": job.overrides,
+                "reused_from": key}
+        copied.append(job)
+    return copied
 
 
 def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> list[Job]:
     """Every training job of ``stages``, in order (Hydra composes the configs; nothing runs).
+
+    A job of a stage of :data:`~attnbench.experiments.registry.REUSES` whose :func:`training_fingerprint` is that of a
+    job of the stage it names (planned for that even when not in ``stages``) is that job's ``reuse``
+    (:attr:`Job.same_as`). A job of a stage tuned by another
+    (:data:`~attnbench.experiments.registry.TUNED_BY`) gets ``optim.lr=<chosen>`` from ``<out>/<tuning stage>/
+    chosen_lr.json``, or, where that file has no choice for its (dataset, score function) yet, waits for it
+    (:attr:`Job.waits_for`).
 
     Raises:
         SystemExit: a ``--grid`` or ``--set`` override Hydra cannot compose (a misspelt key, an unknown
@@ -185,14 +326,33 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
     from attnbench.run.failures import hydra_error_message
 
     jobs = []
+    trained: dict[str, dict[str, Job]] = {}  # per stage: fingerprint -> its job
+    wanted = [s for s in TRAIN_STAGES if s in stages]
+    sources = {REUSES[s] for s in wanted if s in REUSES}  # planned too (not run here) for the jobs they may give
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        for stage in stages:
-            if stage not in TRAIN_STAGES:
-                continue
+        for stage in [s for s in TRAIN_STAGES if s in wanted or s in sources]:
+            tuning = TUNED_BY.get(stage)
+            chosen = {}
+            if tuning is not None and (out / tuning / CHOSEN_LR).is_file():
+                chosen = json.loads((out / tuning / CHOSEN_LR).read_text()).get("chosen", {})
+            mine: list[Job] = []
             try:
-                for overrides in stage_grid(stage, grid, extra):
-                    name, data = compose_job(stage, overrides, extra)
-                    jobs.append(Job(stage, overrides, out / stage / name, list(extra), data))
+                # a source stage not run here keeps its own grid: its jobs are what its folder holds
+                for overrides in stage_grid(stage, grid if stage in wanted else [], extra):
+                    waits = None
+                    if tuning is not None:
+                        lr = chosen.get(overrides.get("data", "sst2"), {}).get(overrides.get("attention", BASELINE))
+                        if lr is None:
+                            waits = tuning
+                        else:
+                            overrides = {**overrides, "optim.lr": repr(float(lr))}
+                    name, data, fingerprint = compose_job(stage, overrides, extra)
+                    job = Job(stage, overrides, out / stage / name, list(extra), data, waits_for=waits)
+                    source = trained.get(REUSES.get(stage), {}).get(fingerprint) if waits is None else None
+                    if source is not None and (source.stage in wanted or source.status() == "done"):
+                        job.same_as = source  # a source that does not run here and is not done: trained here
+                    mine.append(job)
+                    trained.setdefault(stage, {}).setdefault(fingerprint, job)
             except CompactHydraException as err:
                 hydras = str(err).split("Config search path")[0]  # the options it lists, not where it looked
                 message = hydra_error_message(err) or type_error_message(err) or " ".join(
@@ -200,6 +360,8 @@ def plan(stages: list[str], out: Path, grid: list[str], extra: list[str]) -> lis
                 given = " ".join([*(f"--grid {g}" for g in grid), *(f"--set {e}" for e in extra)])
                 raise SystemExit(f"{stage}: Hydra cannot compose the stage with {given or 'its own config'}. "
                                  f"{message}") from None
+            if stage in wanted:
+                jobs += mine
     names = [j.run_dir for j in jobs]
     if len(set(names)) != len(names):
         dup = sorted({str(n) for n in names if names.count(n) > 1})[:3]
@@ -307,6 +469,9 @@ def with_baseline_twins(jobs: list[Job], here: str, baseline: str = BASELINE) ->
     baselines = {setting(j): j for j in jobs if j.overrides.get("attention") == baseline}
     planned, twins, seen = [], [], set()
     for job in jobs:
+        if job.same_as is not None or job.waits_for is not None:  # not run here (yet): no rate to pair
+            planned.append(job)
+            continue
         base = baselines.get(setting(job))
         # a job to run here, or one that ran here, pairs only with a baseline run of this machine
         here_too = job.status() != "done" or here in rate_hosts(job)
@@ -387,9 +552,13 @@ def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
 def job_estimate(job: Job, table: dict[str, float]) -> tuple[float | None, bool]:
     """``(seconds, own)`` of ``job``: its :attr:`Job.estimate_key`'s estimate (``own`` True), else, for a job with
     ``--set`` overrides, the stage's own budget's (:attr:`Job.budget_key`; ``own`` False: measured without the
-    overrides, so the job may take much less or more); ``(None, True)`` when neither is known."""
+    overrides, so the job may take much less or more); for a stage of :data:`~attnbench.experiments.registry.
+    ESTIMATED_AS`, the same setting's estimate of the stage it names (:attr:`Job.alias_key`); ``(None, True)`` when
+    none is known."""
     if job.estimate_key in table:
         return table[job.estimate_key], True
+    if job.alias_key in table:  # the same setting's job of the stage it is estimated as (its time, another lr)
+        return table[job.alias_key], True
     if job.budget_key in table:
         return table[job.budget_key], False
     return None, True
@@ -437,7 +606,8 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
     ``--set`` overrides and no finished job of the same overrides is estimated at the stage's own budget, and the
     plan says so. ``report_only``: nothing runs (``--report-only``), the expected duration is 0."""
     total, unknown, budget_only = 0.0, 0, 0
-    print(f"{'stage':16} {'jobs':>5} {'done':>5} {'resume':>6} {'start':>6}   expected")
+    waiting: dict[str, list[Job]] = {}
+    print(f"{'stage':16} {'jobs':>5} {'done':>5} {'reuse':>5} {'resume':>6} {'start':>6}   expected")
     for stage in stages:
         mine = [j for j in jobs if j.stage == stage]
         if stage == "cost":
@@ -445,10 +615,12 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
             est = sum(table.get(f"cost/{name}", 0.0) for name in pending)
             unknown += sum(f"cost/{name}" not in table for name in pending)  # a benchmark without an estimate
             total += est
-            print(f"{stage:16} {'':>5} {'':>5} {'':>6} {'':>6}   {fmt_duration(est) if est else 'unknown'}")
+            print(f"{stage:16} {'':>5} {'':>5} {'':>5} {'':>6} {'':>6}   {fmt_duration(est) if est else 'unknown'}")
             continue
         states = [j.status() for j in mine]
-        todo = [j for j, s in zip(mine, states) if s != "done"]
+        todo = [j for j, s in zip(mine, states) if s not in ("done", "reuse")]
+        if any(j.waits_for for j in todo):
+            waiting[stage] = [j for j in todo if j.waits_for]
         found = [job_estimate(j, table) for j in todo]
         known = [sec for sec, _ in found if sec is not None]
         budget_only += sum(sec is not None and not own for sec, own in found)
@@ -458,10 +630,17 @@ def print_plan(jobs: list[Job], table: dict[str, float], stages: list[str], out:
             f" + {len(todo) - len(known)} job(s) unknown" if known and len(todo) > len(known) else "")
         if report_only:
             note = "none run (--report-only)"
-        print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('resume'):6d} "
-              f"{len(todo) - states.count('resume'):6d}   {note}")
-    print("(jobs = done + resume + start; done: skipped, resume: from its newest checkpoint, interrupted.ckpt or "
+        print(f"{stage:16} {len(mine):5d} {states.count('done'):5d} {states.count('reuse'):5d} "
+              f"{states.count('resume'):6d} {len(todo) - states.count('resume'):6d}   {note}"
+              + (" (an upper bound: see below)" if stage in waiting else ""))
+    print("(jobs = done + reuse + resume + start; done: skipped, reuse: the same training as a job of an earlier "
+          "stage, whose record is copied once it is done, resume: from its newest checkpoint, interrupted.ckpt or "
           "last.ckpt; start: from the beginning)")
+    for stage, mine in waiting.items():
+        tuning = mine[0].waits_for
+        print(f"{stage}: {len(mine)} job(s) wait for {tuning}'s chosen learning rates ({out / tuning / CHOSEN_LR}, "
+              f"written when its runs are done), counted in full: an upper bound (a job whose chosen lr is the shared "
+              f"one is the same training as a compare job and reuses its run)")
     if report_only:
         print("expected duration: 0 min 00 s (--report-only: no job runs; the reports cover the finished jobs)")
         return 0.0
@@ -618,6 +797,44 @@ def run_jobs(todo: list[Job], groups: list[set[int] | None], device: str, manife
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    return failed
+
+
+def run_phases(jobs: list[Job], stages: list[str], args, groups: list[set[int] | None], manifest: dict, out: Path,
+               commit: str, table: dict[str, float]) -> list:
+    """Run the plan's jobs in stage order: first those before the first stage that waits for a tuning stage's choice
+    (:attr:`Job.waits_for`), then that choice is written (:func:`write_chosen_lr`), the waiting stages are planned
+    again with it and the rest runs. After each part, the ``reuse`` jobs whose source is done get its record
+    (:func:`copy_reused`). Returns the failed jobs."""
+    waiting = [j.stage for j in jobs if j.waits_for]
+    cut = min((TRAIN_STAGES.index(s) for s in waiting), default=len(TRAIN_STAGES))
+    parts = [[j for j in jobs if TRAIN_STAGES.index(j.stage) < cut],
+             [j for j in jobs if TRAIN_STAGES.index(j.stage) >= cut]]
+    failed: list = []
+    for i, part in enumerate(parts):
+        if i == 1:
+            for tuning in dict.fromkeys(j.waits_for for j in part if j.waits_for):
+                tuning_jobs = [j for j in jobs if j.stage == tuning] or plan([tuning], out, args.grid, args.extra)
+                path = write_chosen_lr(tuning, tuning_jobs, out)
+                print(f"{tuning}: wrote {path}" if path else f"{tuning}: no finished run to choose from", flush=True)
+            again = sorted({j.stage for j in part if j.waits_for}, key=TRAIN_STAGES.index)
+            if again:
+                replanned = plan(again, out, args.grid, args.extra)
+                part = [j for j in part if j.stage not in again] + replanned
+                part.sort(key=lambda j: TRAIN_STAGES.index(j.stage))  # stable: each stage's sweep order kept
+                jobs[:] = [j for j in jobs if j.stage not in again] + replanned
+                still = [j for j in replanned if j.waits_for]
+                if still:
+                    print(f"{len(still)} job(s) of {', '.join(sorted({j.stage for j in still}))} still wait for a "
+                          "chosen learning rate (their tuning runs are not all done): not run", flush=True)
+        todo = [j for j in part if j.status() not in ("done", "reuse") and not j.waits_for]
+        failed += run_jobs(todo, groups, args.device, manifest, out, commit, table)
+        copied = copy_reused(jobs, manifest, out)
+        if copied:
+            save_manifest(out, manifest)
+            print(f"reused {len(copied)} finished run(s) of the same training: "
+                  + ", ".join(f"{j.stage}/{j.name} = {j.same_as.stage}/{j.same_as.name}" for j in copied[:3])
+                  + (" ..." if len(copied) > 3 else ""), flush=True)
     return failed
 
 
@@ -890,6 +1107,8 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 raise PublishError(f"{dest / 'report.csv'} does not exist (attnbench report wrote no table of "
                                    f"{out / stage}); see its output above")
             shutil.copyfile(dest / "report.csv", pub / f"{stage}.csv")
+            if (out / stage / CHOSEN_LR).is_file():  # a tuning stage's choice (the tuned stage's learning rates)
+                shutil.copyfile(out / stage / CHOSEN_LR, pub / f"{stage}_{CHOSEN_LR}")
             records = pub / "runs" / stage  # the runs of this report, none of an earlier publication's
             reported = report_run_dirs(out / stage)
             progress_records = [pub / PROGRESS / "runs" / stage / run_dir.name for run_dir in reported]
@@ -1134,8 +1353,7 @@ def _main(argv: list[str] | None = None) -> int:
         manifest.setdefault("started", []).append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": commit,
                                                    "argv": sys.argv[1:]})
         save_manifest(out, manifest)
-        todo = [j for j in jobs if j.status() != "done"]
-        failed += run_jobs(todo, groups, args.device, manifest, out, commit, table)
+        failed += run_phases(jobs, stages, args, groups, manifest, out, commit, table)
         if "cost" in stages and not run_cost(args.device, out, manifest, commit, cost_scores(args.extra)):
             failed.append("cost")
     if not args.no_report:

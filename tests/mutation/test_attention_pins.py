@@ -69,10 +69,11 @@ def test_additive_hidden_dim_defaults_to_head_dim_and_chunk_bytes_to_64_mib():
     fn = build_score_function("additive", n_heads=3, head_dim=5)
     assert fn.hidden_dim == 5 and fn.chunk_size is None and fn.chunk_bytes == 64 * 2**20 and fn.compile is False
     assert fn.w_query.shape == (3, 5, 5) and fn.w_key.shape == (3, 5, 5) and fn.v.shape == (3, 5)
-    fn = build_score_function("additive", n_heads=2, head_dim=4, hidden_dim="7")
+    fn = build_score_function("additive", n_heads=2, head_dim=4, hidden_dim=7)
     assert fn.hidden_dim == 7 and fn.v.shape == (2, 7)
-    with pytest.raises(ValueError, match="attention.hidden_dim must be >= 1"):
-        build_score_function("additive", n_heads=2, head_dim=4, hidden_dim=0)
+    for bad in (0, 2.5, "7", True):
+        with pytest.raises(ValueError, match="attention.hidden_dim must be an integer >= 1"):
+            build_score_function("additive", n_heads=2, head_dim=4, hidden_dim=bad)
     assert build_score_function("l2", n_heads=1, head_dim=2).chunk_bytes == 64 * 2**20
 
 

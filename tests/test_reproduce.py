@@ -116,7 +116,7 @@ def test_the_expected_duration_divides_the_training_jobs_by_jobs_at_once_but_not
     assert reproduce.print_plan(jobs, table, ["compare", "cost"], tmp_path, n_jobs=2) == (100 + 300) / 2 + 60 + 40
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("expected duration: 5 min 00 s") and "2 training jobs at once" in out[-1]
-    assert next(line for line in reversed(out) if line.startswith("compare")).split()[1:5] == ["3", "1", "0", "2"]
+    assert next(line for line in reversed(out) if line.startswith("compare")).split()[1:6] == ["3", "1", "0", "0", "2"]
 
 
 @pytest.mark.slow

@@ -601,7 +601,7 @@ def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "--report-only: no job runs" in printed and "(todo)" not in printed
     row = next(line for line in printed.splitlines() if line.startswith("compare "))
-    assert row.split()[1:5] == ["3", "2", "0", "1"] and row.endswith("none run (--report-only)")
+    assert row.split()[1:6] == ["3", "2", "0", "0", "1"] and row.endswith("none run (--report-only)")
     assert not (out / "compare" / "additive-trec-s0").exists()
     assert sorted(p.name for p in (out / "compare" / "logs").iterdir()) == logs
     assert (out / "manifest.json").read_bytes() == manifest

@@ -21,14 +21,10 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
+from attnbench.errors import whole_sentences
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def _one_line(err: BaseException | str | None) -> str:
-    if err is None or isinstance(err, str):
-        return err or ""
-    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 def wandb_base_url() -> str:
@@ -76,7 +72,7 @@ def wandb_server_unreachable(timeout: float = 3.0) -> str | None:
         with socket.create_connection((host, port), timeout=timeout):
             return None
     except OSError as err:
-        return f"cannot reach {host}:{port} ({_one_line(err)})"
+        return f"cannot reach {host}:{port} ({whole_sentences(err)})"
 
 
 def start_wandb(start: Callable[[str], T], mode: str, offline_dir: Path,
@@ -99,10 +95,10 @@ def start_wandb(start: Callable[[str], T], mode: str, offline_dir: Path,
             reason = err  # wandb.init sets wandb.run only once started: nothing to finish
             continue
         if attempt != mode:
-            warnings.warn(f"W&B could not start {mode} ({_one_line(reason)}); this run logs offline to "
+            warnings.warn(f"W&B could not start {mode} ({whole_sentences(reason)}); this run logs offline to "
                           f"{offline_dir} — upload it later with `wandb sync`.", stacklevel=3)
         return started
-    warnings.warn(f"W&B could not start ({_one_line(reason)}); {without}.", stacklevel=3)
+    warnings.warn(f"W&B could not start ({whole_sentences(reason)}); {without}.", stacklevel=3)
     return None
 
 

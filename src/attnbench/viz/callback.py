@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
+from attnbench.errors import whole_sentences
+
 log = logging.getLogger(__name__)
-
-
-def _one_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
 class AttentionMapLogger(pl.Callback):
@@ -78,7 +76,7 @@ class AttentionMapLogger(pl.Callback):
         try:
             self.path = self.draw(trainer, pl_module)
         except Exception as err:  # noqa: BLE001 - a picture never stops a run
-            log.warning("Attention maps not drawn (%s); the run's results are unaffected.", _one_line(err))
+            log.warning("Attention maps not drawn (%s); the run's results are unaffected.", whole_sentences(err))
             return
         from pytorch_lightning.loggers import WandbLogger
 
@@ -89,4 +87,4 @@ class AttentionMapLogger(pl.Callback):
                 logger.log_image(key="attention_maps", images=[str(self.path)], step=trainer.global_step,
                                  caption=[self.path.name])
             except Exception as err:  # noqa: BLE001 - W&B never stops a run
-                log.warning("Attention maps not logged to W&B (%s); the PNG is in %s.", _one_line(err), self.path)
+                log.warning("Attention maps not logged to W&B (%s); the PNG is in %s.", whole_sentences(err), self.path)

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -96,7 +97,8 @@ class FreshOutputDir(HydraCallback):
       and every log file of ``hydra.job_logging`` in the dir are held until training starts
       (:func:`attnbench.run.outputs.hold_writes`, :class:`~attnbench.run.outputs.HeldLogFile`);
     - a sweep resumed in its sweep dir (``-m ... ckpt_path=last hydra.sweep.dir=<sweep dir>``) is refused here
-      when that dir holds no sweep or another sweep (:func:`check_same_sweep`); otherwise
+      when that dir holds no sweep or another sweep, another set of jobs (:func:`check_same_sweep`); otherwise
+      its jobs run as the recorded sweep numbered them, each in its own dir (:func:`run_as_recorded`), and
       :func:`hold_sweep_writes`.
     """
 
@@ -125,7 +127,9 @@ class FreshOutputDir(HydraCallback):
         if config.get("ckpt_path"):  # resuming a sweep: its jobs continue in their dirs (hydra.sweep.dir=<sweep dir>)
             _or_exit(lambda: must_be_a_folder(wanted), "hydra.sweep.dir")
             if wanted.is_dir() and any(wanted.iterdir()):
-                _or_exit(lambda: check_same_sweep(config, wanted), "hydra.sweep.dir")
+                recorded = _or_exit(lambda: check_same_sweep(config, wanted), "hydra.sweep.dir")
+                if recorded is not None:  # its jobs, matched by their overrides, get their numbers and dirs back
+                    run_as_recorded(config, recorded)
                 _or_exit(lambda: hold_sweep_writes(config, wanted), "hydra.sweep.dir")
             return
         got = _or_exit(lambda: claim_dir(wanted, "multirun.yaml", marker_is_file=True), "hydra.sweep.dir")
@@ -245,12 +249,74 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _sweep_overrides(overrides: Any) -> list[str]:
-    """A sweep's task overrides as written (no interpolation resolved), sorted, without ``ckpt_path`` and
-    ``launcher`` (how the jobs are launched, not what they run)."""
+#: task overrides that say how a sweep's jobs are launched and resumed, not what they run
+LAUNCH_KEYS = ("ckpt_path", "launcher")
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def _override_key(override: str) -> str:
+    return str(override).split("=", 1)[0].lstrip("+~")
+
+
+def _task_overrides(overrides: Any) -> list[str]:
+    """A sweep's task overrides as written (no interpolation resolved), in their order, without
+    :data:`LAUNCH_KEYS`."""
     overrides = OmegaConf.to_container(overrides) if OmegaConf.is_list(overrides) else overrides
-    return sorted(str(o) for o in overrides
-                  if str(o).split("=", 1)[0].lstrip("+~") not in ("ckpt_path", "launcher"))
+    return [str(o) for o in overrides if _override_key(o) not in LAUNCH_KEYS]
+
+
+def _sweep_overrides(overrides: Any) -> list[str]:
+    """:func:`_task_overrides`, sorted."""
+    return sorted(_task_overrides(overrides))
+
+
+def sweep_jobs(config: DictConfig) -> list[frozenset[str]] | None:
+    """The jobs of a multirun of Hydra's basic sweeper, in the order it numbers them (``hydra.job.num``), each as
+    the set of its task overrides (``"key=value"``, :data:`LAUNCH_KEYS` aside); ``None`` for another sweeper or
+    overrides Hydra's parser refuses.
+
+    The sweeper's own expansion (``BasicSweeper.split_arguments``: the cartesian product of ``hydra.sweeper.params``
+    and the task overrides, a command-line value replacing a params one), so ``attention=dot,additive seed=0,1``
+    and ``seed=range(0,2) attention=additive,dot`` are the same four jobs, numbered differently.
+    """
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if (OmegaConf.select(config, "hydra.sweeper._target_") or BASIC_SWEEPER) != BASIC_SWEEPER:
+        return None
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    arguments += _task_overrides(OmegaConf.select(config, "hydra.overrides.task") or [])
+    hydra = GlobalHydra.instance()  # its config loader expands glob() over config groups
+    try:
+        parsed = OverridesParser.create(config_loader=hydra.config_loader() if hydra.is_initialized() else None
+                                        ).parse_overrides(arguments)
+        (jobs,) = BasicSweeper.split_arguments(parsed, None)
+    except Exception:  # noqa: BLE001 - Hydra's parser errors (a recorded override it no longer reads)
+        return None
+    return [frozenset(job) for job in jobs]
+
+
+def _jobs_text(jobs: list[frozenset[str]], common: frozenset[str], most: int = 3) -> str:
+    """Up to ``most`` jobs, each as its overrides outside ``common``, then how many more."""
+    shown = "; ".join(" ".join(sorted(job - common)) or " ".join(sorted(job)) for job in jobs[:most])
+    return shown + (f"; and {len(jobs) - most} more" if len(jobs) > most else "")
+
+
+def _sweep_command(jobs: list[frozenset[str]]) -> str | None:
+    """The ``-m`` overrides whose sweep is exactly ``jobs`` (every key with the values its jobs take, in their
+    order), or ``None`` when ``jobs`` is not such a product."""
+    values: dict[str, list[str | None]] = {}  # None: an override without a value (``~key``)
+    for job in jobs:
+        for override in sorted(job):
+            key, sep, value = override.partition("=")
+            if (value if sep else None) not in values.setdefault(key, []):
+                values[key].append(value if sep else None)
+    if any(len(job) != len(values) for job in jobs) or math.prod(len(v) for v in values.values()) != len(jobs):
+        return None
+    return " ".join(key if vals == [None] else f"{key}={','.join(str(v) for v in vals)}"
+                    for key, vals in values.items())
 
 
 #: the settings that define a run (what it trains, on what, how it is optimised): a resumed run keeps them; the
@@ -303,28 +369,77 @@ def check_same_run(config: DictConfig, run_dir: Path) -> None:
                              ".hydra/overrides.yaml), or start a new run in another hydra.run.dir.")
 
 
-def check_same_sweep(config: DictConfig, sweep_dir: Path) -> None:
-    """Refuse to resume in ``sweep_dir`` another sweep than the one it holds.
+def check_same_sweep(config: DictConfig, sweep_dir: Path) -> DictConfig | None:
+    """Refuse to resume in ``sweep_dir`` another sweep than the one it holds; the recorded sweep to run when its jobs
+    are to be matched by their overrides.
 
-    The sweep there is the one whose task overrides Hydra recorded in its ``multirun.yaml``
-    (``hydra.overrides.task``); this command resumes it when its own task overrides are the same, in any order,
-    ``ckpt_path`` and ``launcher`` aside. An empty ``multirun.yaml`` (the claim of :class:`FreshOutputDir` for a sweeper that
-    records none, Optuna's) matches any sweep: its jobs are still checked one by one.
+    The sweep there is the one Hydra recorded in its ``multirun.yaml``. With the basic sweeper on both sides, this
+    command resumes it when it has the same jobs (:func:`sweep_jobs`: each job's overrides as a set, so values and
+    overrides in any order, :data:`LAUNCH_KEYS` aside); the recorded config is returned, for
+    :func:`run_as_recorded` to give each job its number, and so its dir, of the first run. With another sweeper the
+    task overrides must be the same, in any order. An empty ``multirun.yaml`` (the claim of
+    :class:`FreshOutputDir` for a sweeper that records none, Optuna's) matches any sweep: its jobs are still
+    checked one by one.
+
+    Returns:
+        The recorded ``multirun.yaml`` config when both sweeps are the basic sweeper's, else ``None``.
 
     Raises:
-        OutputDirTaken: ``sweep_dir`` holds no readable ``multirun.yaml``, or another sweep's.
+        OutputDirTaken: ``sweep_dir`` holds no readable ``multirun.yaml``, or another sweep's: the message counts
+            and names the jobs this command adds and leaves out, with the command that resumes the sweep there
+            and, for added jobs, the one that runs them as a new sweep.
     """
     try:
-        recorded = OmegaConf.select(OmegaConf.load(sweep_dir / "multirun.yaml"), "hydra.overrides.task")
+        recorded_cfg = OmegaConf.load(sweep_dir / "multirun.yaml")
+        recorded = OmegaConf.select(recorded_cfg, "hydra.overrides.task")
     except Exception:  # noqa: BLE001 - no multirun.yaml, or not Hydra's (OSError, YAML and OmegaConf errors alike)
         recorded = "no readable multirun.yaml"
     if recorded is None:  # an empty claim
-        return
-    if isinstance(recorded, str) or _sweep_overrides(recorded) != _sweep_overrides(config.hydra.overrides.task):
-        what = recorded if isinstance(recorded, str) else f"the sweep of `{' '.join(_sweep_overrides(recorded))}`"
-        raise OutputDirTaken(f"{sweep_dir} already holds a previous sweep's outputs ({what}); it is never "
-                             "overwritten. Resume that sweep with its own overrides and ckpt_path=last, or choose "
-                             "another hydra.sweep.dir.")
+        return None
+    taken = (f"{sweep_dir} already holds a previous sweep's outputs (%s); it is never overwritten.")
+    if isinstance(recorded, str):
+        raise OutputDirTaken(taken % recorded + " Resume that sweep with its own overrides and ckpt_path=last, or "
+                                                "choose another hydra.sweep.dir.")
+    what = f"the sweep of `{' '.join(_sweep_overrides(recorded))}`"
+    old, new = sweep_jobs(recorded_cfg), sweep_jobs(config)
+    if old is None or new is None:  # another sweeper: the same task overrides
+        if _sweep_overrides(recorded) != _sweep_overrides(config.hydra.overrides.task):
+            raise OutputDirTaken(taken % what + " Resume that sweep with its own overrides and ckpt_path=last, or "
+                                                "choose another hydra.sweep.dir.")
+        return None
+    added = [job for job in dict.fromkeys(new) if job not in old]
+    missing = [job for job in dict.fromkeys(old) if job not in new]
+    if not added and not missing and len(old) == len(new):
+        return recorded_cfg
+    common = frozenset.intersection(*old, *new)
+    differ = []
+    if added:
+        differ.append(f"this command adds {len(added)} job(s) ({_jobs_text(added, common)})")
+    if missing:
+        differ.append(f"{'it' if added else 'this command'} leaves out {len(missing)} of its {len(old)} "
+                      f"({_jobs_text(missing, common)})")
+    if not differ:
+        differ.append(f"this command runs {len(new)} jobs, that sweep {len(old)} (a job listed twice)")
+    resume = f"python train.py -m {' '.join(_sweep_overrides(recorded))} ckpt_path=last hydra.sweep.dir={sweep_dir}"
+    more = _sweep_command(added) if added else None
+    also = (f"; run the added jobs as a new sweep (python train.py -m {more}) and report both "
+            f"(attnbench report {sweep_dir} <its sweep dir>)" if more else
+            "; run the added jobs as a new sweep (another hydra.sweep.dir) and report both "
+            f"(attnbench report {sweep_dir} <its sweep dir>)" if added else "")
+    raise OutputDirTaken(taken % what + f" A sweep dir holds one sweep: {' and '.join(differ)}. Resume it with its "
+                                        f"own jobs ({resume}){also}.")
+
+
+def run_as_recorded(config: DictConfig, recorded: DictConfig) -> None:
+    """Give the sweeper of this (resuming) command the recorded sweep's own definition, its task overrides and
+    ``hydra.sweeper.params`` (this command's :data:`LAUNCH_KEYS` overrides kept): it then numbers the jobs as the
+    first run did, and ``hydra.sweep.subdir`` (``${hydra.job.num}_${run_name}``) gives each job its own dir back,
+    whatever order the values or overrides were given in. Only for sweeps :func:`check_same_sweep` found equal."""
+    launch = [str(o) for o in config.hydra.overrides.task if _override_key(o) in LAUNCH_KEYS]
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.overrides.task = [*_task_overrides(recorded.hydra.overrides.task), *launch]
+        if OmegaConf.select(config, "hydra.sweeper") is not None:
+            config.hydra.sweeper.params = OmegaConf.select(recorded, "hydra.sweeper.params")
 
 
 def hold_sweep_writes(config: DictConfig, sweep_dir: Path) -> None:

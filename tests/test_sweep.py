@@ -208,3 +208,28 @@ def test_wandb_group_names_task_and_sweep_dir(tmp_path):
     assert groups == {(task, stamp): f"{task}-{stamp}" for task, stamp in groups}
     assert len(set(groups.values())) == 4
     assert single is None
+
+
+def test_sweep_summary_marks_a_rate_measured_under_load_as_the_report_does(tmp_path):
+    """A job whose training (test) thread had less than MIN_CPU_SHARE of a core has its train (test) tokens/s
+    marked disturbed with its share, by the report's own rule (stats.disturbed_runs: the share just below the
+    threshold is disturbed, at it is not); a job without a share (GPU, DDP) or a failed job gets no mark."""
+    from attnbench.analysis.stats import MIN_CPU_SHARE
+    from attnbench.run.hydra_callbacks import sweep_summary
+
+    def job(num: int, **metrics: float) -> dict:
+        return {"num": num, "status": "completed", "output_dir": str(tmp_path / f"{num}_j"),
+                "metrics": {"test/acc": 0.5, "train/tokens_per_sec": 1000.0, "test/tokens_per_sec": 3000.0,
+                            **{k.replace("_share", "/cpu_share"): v for k, v in metrics.items()}}}
+
+    records = [job(0, train_share=0.49, test_share=0.98), job(1, train_share=MIN_CPU_SHARE, test_share=0.3),
+               job(2, train_share=MIN_CPU_SHARE - 1e-9), job(3),
+               {"num": 4, "status": "failed", "output_dir": str(tmp_path / "4_j"), "error": "boom"}]
+    text, failed = sweep_summary(tmp_path, records)
+    assert failed == 1
+    assert text.splitlines()[1:6] == [
+        "  ok      0_j  test/acc 0.5000  train tokens/s 1,000 (disturbed: cpu share 0.49)  test tokens/s 3,000",
+        "  ok      1_j  test/acc 0.5000  train tokens/s 1,000  test tokens/s 3,000 (disturbed: cpu share 0.30)",
+        "  ok      2_j  test/acc 0.5000  train tokens/s 1,000 (disturbed: cpu share 0.90)  test tokens/s 3,000",
+        "  ok      3_j  test/acc 0.5000  train tokens/s 1,000  test tokens/s 3,000",
+        "  failed  4_j  Error: boom"]

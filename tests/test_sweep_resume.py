@@ -37,7 +37,8 @@ def finished_sweep(sweep: Path) -> Path:
     OmegaConf.save(command(*SWEEP), sweep / "multirun.yaml")
     for name, acc in JOB_DIRS.items():
         (sweep / name).mkdir()
-        (sweep / name / "metrics.json").write_text(json.dumps({"test/acc": acc}))
+        loaded = {"train/tokens_per_sec": 900.0, "train/cpu_share": 0.45} if name.startswith("3_") else {}
+        (sweep / name / "metrics.json").write_text(json.dumps({"test/acc": acc, **loaded}))
     return sweep
 
 
@@ -101,7 +102,8 @@ def test_other_jobs_are_refused_naming_the_jobs_added_and_missing(tmp_path, over
 
 def test_a_sweep_resumed_with_its_values_reordered_finds_each_job_in_its_own_dir(tmp_path):
     """End to end: the sweep resumed with its values and overrides in another order skips each finished job in
-    its own dir (listed with that dir's test/acc), creates no dir and leaves every file as it was."""
+    its own dir (listed with that dir's test/acc, and its training rate marked disturbed where its CPU share says
+    so), creates no dir and leaves every file as it was."""
     sweep = finished_sweep(tmp_path / "sweep")
     before = tree(sweep)
     proc = multirun("seed=1,0", "attention=scaled_dot,additive", "logger=none", "ckpt_path=last",
@@ -109,7 +111,10 @@ def test_a_sweep_resumed_with_its_values_reordered_finds_each_job_in_its_own_dir
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-6:] == [
         f"Sweep {sweep}: 4 jobs, 0 failed, 4 done before (skipped, results kept)",
-        *(f"  done    {name}  test/acc {acc:.4f}  train tokens/s -  test tokens/s -" for name, acc in JOB_DIRS.items()),
+        *(f"  done    {name}  test/acc {acc:.4f}  train tokens/s -  test tokens/s -" for name, acc in
+          list(JOB_DIRS.items())[:3]),
+        "  done    3_scaled_dot-sst2-s1  test/acc 0.7200  train tokens/s 900 (disturbed: cpu share 0.45)  "
+        "test tokens/s -",  # its record keeps the share that vouches for the rate
         f"Report: attnbench report {sweep}"], proc.stdout[-3000:]
     assert tree(sweep) == before and [p.name for p in tmp_path.iterdir()] == ["sweep"]
 

@@ -589,10 +589,12 @@ def _process_rank() -> int:
 
 
 SWEEP_LINE_FIGURES = (("test/acc", "{:.4f}"), ("train/tokens_per_sec", "{:,.0f}"), ("test/tokens_per_sec", "{:,.0f}"))
-#: what a job's record keeps of its metrics.json: the line's figures, and the macro-F1 with what says whether the
-#: test set is imbalanced (:func:`attnbench.run.console.imbalanced`)
-SWEEP_RECORD_KEYS = (*(key for key, _ in SWEEP_LINE_FIGURES), "test/f1_macro", "num_classes",
-                     "test_largest_class_share")
+#: the CPU share that vouches for each rate of the line (``attnbench.callbacks.throughput.RATE_COLUMNS``)
+SWEEP_LINE_SHARES = {"train/tokens_per_sec": "train/cpu_share", "test/tokens_per_sec": "test/cpu_share"}
+#: what a job's record keeps of its metrics.json: the line's figures and the CPU shares that vouch for its rates,
+#: and the macro-F1 with what says whether the test set is imbalanced (:func:`attnbench.run.console.imbalanced`)
+SWEEP_RECORD_KEYS = (*(key for key, _ in SWEEP_LINE_FIGURES), *SWEEP_LINE_SHARES.values(), "test/f1_macro",
+                     "num_classes", "test_largest_class_share")
 
 
 def _job_records(sweep_dir: Path | None) -> list[dict[str, Any]]:
@@ -613,15 +615,35 @@ def is_done_before(record: dict[str, Any]) -> bool:
     return record.get("status") == "completed" and bool(record.get("held")) and record.get("trained") is False
 
 
+def _disturbed_rates(metrics: list[dict[str, Any]]) -> list[set[str]]:
+    """For each job's metrics, the rates of :data:`SWEEP_LINE_SHARES` measured under load: the report's rule
+    (:func:`attnbench.analysis.stats.disturbed_runs`, a CPU share below ``MIN_CPU_SHARE``), loaded only when a job
+    has a CPU share (it imports torch)."""
+    flagged: list[set[str]] = [set() for _ in metrics]
+    if not any(share in m for m in metrics for share in SWEEP_LINE_SHARES.values()):
+        return flagged
+    import pandas as pd
+
+    from attnbench.analysis.stats import disturbed_runs
+
+    jobs = pd.DataFrame([{share: m.get(share) for share in SWEEP_LINE_SHARES.values()} for m in metrics])
+    for rate, share in SWEEP_LINE_SHARES.items():
+        for i, disturbed in enumerate(disturbed_runs(jobs, share)):
+            if disturbed and isinstance(metrics[i].get(rate), int | float):
+                flagged[i].add(rate)
+    return flagged
+
+
 def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None = None) -> tuple[str | None, int]:
     """The end-of-sweep text and the number of failed jobs, from ``records`` or else the records
     :class:`SweepReport` wrote in ``<sweep_dir>/.attnbench-jobs/`` (``(None, 0)`` when there are none).
 
     The text: ``Sweep <dir>: <m> jobs, <n> failed`` (and ``, <k> done before``); one line per job, ``ok`` with
     its ``test/acc`` (and its macro-F1 on an imbalanced test set, :func:`attnbench.run.console.imbalanced`),
-    ``train tokens/s`` and ``test tokens/s``, ``done`` with the same figures for a job of a resumed sweep that had
-    finished before (:func:`is_done_before`), or ``failed`` with ``Error: <message>``; then the command that builds
-    the sweep's report (``attnbench report <sweep dir>``).
+    ``train tokens/s`` and ``test tokens/s`` (a rate measured under load marked ``(disturbed: cpu share 0.49)``,
+    by the report's rule, :func:`attnbench.analysis.stats.disturbed_runs`), ``done`` with the same figures for a
+    job of a resumed sweep that had finished before (:func:`is_done_before`), or ``failed`` with
+    ``Error: <message>``; then the command that builds the sweep's report (``attnbench report <sweep dir>``).
     """
     from attnbench.run.console import imbalanced
 
@@ -638,7 +660,8 @@ def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None =
     done_note = f", {done_before} done before (skipped, results kept)" if done_before else ""
     lines = [f"Sweep {sweep_dir}: {len(records)} jobs, {len(failed)} failed{done_note}{note}"]
     labels = {"test/acc": "test/acc", "train/tokens_per_sec": "train tokens/s", "test/tokens_per_sec": "test tokens/s"}
-    for r in records:
+    disturbed = _disturbed_rates([r.get("metrics") or {} for r in records])
+    for r, marked in zip(records, disturbed, strict=True):
         name = Path(str(r.get("output_dir"))).name
         if r.get("status") == "failed":
             error = " ".join(str(r.get("error")).split())  # one line per job, whatever the message's line breaks
@@ -649,6 +672,9 @@ def sweep_summary(sweep_dir: Path | None, records: list[dict[str, Any]] | None =
                    for key, fmt in SWEEP_LINE_FIGURES]
         if imbalanced(metrics) and isinstance(metrics.get("test/f1_macro"), int | float):
             figures[0] += f" (macro-F1 {metrics['test/f1_macro']:.4f})"
+        for i, (key, _) in enumerate(SWEEP_LINE_FIGURES):
+            if key in marked:  # the rate understates the run, as the report says in the cells that rest on it
+                figures[i] += f" (disturbed: cpu share {metrics[SWEEP_LINE_SHARES[key]]:.2f})"
         lines.append(f"  {'done' if is_done_before(r) else 'ok':<6}  {name}  " + "  ".join(figures))
     if len(failed) < len(records):
         lines.append(f"Report: attnbench report {sweep_dir}")

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from attnbench.errors import OutputDirTaken
 from attnbench.run.hydra_callbacks import check_same_sweep, run_as_recorded, sweep_jobs
 
-from .conftest import REPO_ROOT
+from .conftest import REPO_ROOT, train_env
 
 SWEEP = ["logger=none", "attention=additive,scaled_dot", "seed=0,1"]
 #: the dirs Hydra's basic sweeper gives SWEEP's jobs (``${hydra.job.num}_${run_name}``), with a test/acc each
@@ -48,11 +48,12 @@ def tree(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*"))}
 
 
-def multirun(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    env.pop("WANDB_API_KEY", None)
+def multirun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    if env is None:
+        env = {**os.environ, "WANDB_MODE": "offline"}
+        env.pop("WANDB_API_KEY", None)
     return subprocess.run([sys.executable, "train.py", "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+                          env=env, timeout=600, check=False)
 
 
 def test_the_same_jobs_in_any_order_are_the_same_sweep_and_get_their_numbers_back(tmp_path):
@@ -128,3 +129,30 @@ def test_a_sweep_resumed_with_other_jobs_is_refused_in_one_line_and_writes_nothi
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert "this command adds 2 job(s) (attention=dot seed=0; attention=dot seed=1)" in line, line
     assert tree(sweep) == before and [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+@pytest.mark.slow  # a two-job sweep, then one job trained again (about a minute on one loaded core)
+def test_an_unfinished_job_of_a_reordered_sweep_trains_in_its_own_dir(tmp_path, data_dir, cache_dir):
+    """A real sweep whose second job is unfinished (its metrics.json gone, its checkpoint kept), resumed with its
+    values in another order: that job, now the sweeper's first, resumes from its checkpoint in its own dir and
+    finishes there; the finished job is done; no other dir appears."""
+    env = train_env(data_dir, cache_dir)
+    sweep = tmp_path / "sweep"
+    tiny = ["data=trec", "model=tiny", "trainer.max_steps=2", "data.max_train_samples=64", "data.max_eval_samples=32",
+            "logger=csv", "trainer.enable_progress_bar=false", "~callbacks.attention_diagnostics",
+            "~callbacks.attention_maps"]
+    first = multirun(*tiny, "seed=0,1", f"hydra.sweep.dir={sweep}", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    dirs = sorted(p.name for p in sweep.iterdir() if not p.name.startswith("."))
+    assert dirs == ["0_scaled_dot-trec-s0", "1_scaled_dot-trec-s1", "multirun.yaml"]
+    job = sweep / "1_scaled_dot-trec-s1"
+    done = tree(sweep / "0_scaled_dot-trec-s0")
+    (job / "metrics.json").unlink()
+    resumed = multirun("seed=1,0", *reversed(tiny), "ckpt_path=last", f"hydra.sweep.dir={sweep}", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Sweep {sweep}: 2 jobs, 0 failed, 1 done before" in resumed.stdout, resumed.stdout[-3000:]
+    assert sorted(p.name for p in sweep.iterdir() if not p.name.startswith(".")) == dirs
+    assert json.loads((job / "metrics.json").read_text())["seed"] == 1
+    assert "Resuming from" in (job / "train.log").read_text()
+    assert tree(sweep / "0_scaled_dot-trec-s0") == done
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep"]

@@ -285,16 +285,16 @@ def sweep_jobs(config: DictConfig) -> list[frozenset[str]] | None:
 
     if (OmegaConf.select(config, "hydra.sweeper._target_") or BASIC_SWEEPER) != BASIC_SWEEPER:
         return None
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    arguments = [f"{key}={value}" for key, value in params.items()]
-    arguments += _task_overrides(OmegaConf.select(config, "hydra.overrides.task") or [])
     hydra = GlobalHydra.instance()  # its config loader expands glob() over config groups
     try:
+        params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+        arguments = [f"{key}={value}" for key, value in params.items()]  # resolves an interpolated list of values
+        arguments += _task_overrides(OmegaConf.select(config, "hydra.overrides.task") or [])
         parsed = OverridesParser.create(config_loader=hydra.config_loader() if hydra.is_initialized() else None
                                         ).parse_overrides(arguments)
         (jobs,) = BasicSweeper.split_arguments(parsed, None)
-    except Exception:  # noqa: BLE001 - Hydra's parser errors (a recorded override it no longer reads)
-        return None
+    except Exception:  # noqa: BLE001 - Hydra's parser errors (a recorded override it no longer reads), an
+        return None  # interpolation that no longer resolves
     return [frozenset(job) for job in jobs]
 
 

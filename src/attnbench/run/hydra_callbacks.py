@@ -306,7 +306,7 @@ def _jobs_text(jobs: list[frozenset[str]], common: frozenset[str], most: int = 3
 
 def _sweep_command(jobs: list[frozenset[str]]) -> str | None:
     """The ``-m`` overrides whose sweep is exactly ``jobs`` (every key with the values its jobs take, in their
-    order), or ``None`` when ``jobs`` is not such a product."""
+    order), quoted for a POSIX shell, or ``None`` when ``jobs`` is not such a product."""
     values: dict[str, list[str | None]] = {}  # None: an override without a value (``~key``)
     for job in jobs:
         for override in sorted(job):
@@ -315,7 +315,9 @@ def _sweep_command(jobs: list[frozenset[str]]) -> str | None:
                 values[key].append(value if sep else None)
     if any(len(job) != len(values) for job in jobs) or math.prod(len(v) for v in values.values()) != len(jobs):
         return None
-    return " ".join(key if vals == [None] else f"{key}={','.join(str(v) for v in vals)}"
+    import shlex
+
+    return " ".join(shlex.quote(key if vals == [None] else f"{key}={','.join(str(v) for v in vals)}")
                     for key, vals in values.items())
 
 
@@ -420,7 +422,10 @@ def check_same_sweep(config: DictConfig, sweep_dir: Path) -> DictConfig | None:
                       f"({_jobs_text(missing, common)})")
     if not differ:
         differ.append(f"this command runs {len(new)} jobs, that sweep {len(old)} (a job listed twice)")
-    resume = f"python train.py -m {' '.join(_sweep_overrides(recorded))} ckpt_path=last hydra.sweep.dir={sweep_dir}"
+    import shlex
+
+    resume = " ".join(shlex.quote(o) for o in ["python", "train.py", "-m", *_sweep_overrides(recorded),
+                                                "ckpt_path=last", f"hydra.sweep.dir={sweep_dir}"])
     more = _sweep_command(added) if added else None
     also = (f"; run the added jobs as a new sweep (python train.py -m {more}) and report both "
             f"(attnbench report {sweep_dir} <its sweep dir>)" if more else

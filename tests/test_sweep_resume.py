@@ -156,3 +156,20 @@ def test_an_unfinished_job_of_a_reordered_sweep_trains_in_its_own_dir(tmp_path, 
     assert "Resuming from" in (job / "train.log").read_text()
     assert tree(sweep / "0_scaled_dot-trec-s0") == done
     assert [p.name for p in tmp_path.iterdir()] == ["sweep"]
+
+
+def test_the_refusals_commands_paste_into_a_shell(tmp_path):
+    """The commands of the refusal quote what a POSIX shell would split or reject (``range(0,2)``, a quoted
+    value), so each runs as printed."""
+    import shlex
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    OmegaConf.save(command("seed=range(0,2)", "data.name='a b'"), sweep / "multirun.yaml")
+    with pytest.raises(OutputDirTaken) as err:
+        check_same_sweep(command("seed=range(0,3)", "data.name='a b'", "ckpt_path=last"), sweep)
+    resume = str(err.value).split("Resume it with its own jobs (", 1)[1].split("); run the added", 1)[0]
+    assert shlex.split(resume) == ["python", "train.py", "-m", "data.name='a b'", "seed=range(0,2)", "ckpt_path=last",
+                                   f"hydra.sweep.dir={sweep}"]
+    more = str(err.value).split("as a new sweep (", 1)[1].split(") and report both", 1)[0]
+    assert shlex.split(more) == ["python", "train.py", "-m", "data.name='a b'", "seed=2"]

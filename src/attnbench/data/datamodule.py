@@ -439,9 +439,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
                              for s, c in sorted(counts.items(), key=lambda kv: SPLITS.index(kv[0])) if c.get(key))
 
         if per_split("dropped_empty"):
-            log.warning("%s: dropped empty texts (null, no visible character: only whitespace, zero-width, filler, "
-                        "format or control characters, or no token once tokenized): %s.", self.name,
-                        per_split("dropped_empty"))
+            log.warning("%s: dropped empty texts (null, no visible character: only whitespace, zero-width, format or "
+                        "control characters, or no token once tokenized): %s.", self.name, per_split("dropped_empty"))
         if per_split("dropped_no_text_tokens"):
             log.warning("%s: dropped texts that tokenize to special tokens only (%s), no token of the text itself "
                         "(e.g. a text \"[PAD]\"): %s.", self.name, ", ".join(NO_TEXT_TOKENS),

@@ -170,3 +170,14 @@ def test_all_texts_special_tokens_only_is_one_message(tmp_path):
     assert str(err.value).startswith("toy/test: all 10 texts tokenize to special tokens only ([PAD], [SEP]); set "
                                      "data.text_column")
     assert_nothing_cached(tmp_path / "cache")
+
+
+def test_a_text_of_unknown_words_is_kept(tmp_path):
+    """[UNK] stands for a word the vocabulary lacks: a test text in a script training never saw is text."""
+    write_split(tmp_path / "data", "train", rows(40))
+    write_split(tmp_path / "data", "test", special_token_rows(10, "\u0436\u0436 \u4e2d", (2,)))
+    dm = toy_module(tmp_path / "data", tmp_path / "cache")
+    dm.setup()
+    unk = dm.tokenizer.token_to_id("[UNK]")
+    assert len(dm.splits["test"]) == 10
+    assert dm.splits["test"].input_ids[dm.splits["test"].row_ids.index(2)] == [unk, unk]

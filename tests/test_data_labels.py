@@ -120,6 +120,8 @@ def write_json(path, labels, array: bool = False) -> str:
      "toy: labels in split 'test' mix types: int (0, 1) and str ('neg', 'pos'); make them one type"),
     ([True, 0, 1, False] * 8, [0, 1] * 5, False,
      "toy: labels in split 'train' mix types: bool (False, True) and int (0, 1); make them one type"),
+    ([[0], 1, 0, [1]] * 8, [0, 1] * 5, False,
+     "toy: labels in split 'train' mix types: list ([0], [1]) and int (0, 1); make them one type"),
     (["a", "b", "c", "d", 1] * 6, ["a"] * 10, False,
      "toy: labels in split 'train' mix types: str ('a', 'b', 'c', ...) and int (1); make them one type"),
     # the kinds fixed before, in the same files: missing, float, mixed across splits

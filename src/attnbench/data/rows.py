@@ -5,10 +5,10 @@ Policy (counted per split in the log and in the cache's ``meta.json``): nulls an
 WIDTH SPACE, U+FEFF, U+00AD SOFT HYPHEN, U+3164 HANGUL FILLER and variation selectors, other control
 characters, U+2800 BRAILLE PATTERN BLANK, lone combining marks: :func:`is_invisible`) are dropped whatever the
 tokenizer (``dropped_empty``), as are texts the tokenizer cuts into no token (the data module's check, also
-``dropped_empty``) and, once tokenized, rows left with special tokens only (``dropped_no_text_tokens``); bytes that
-are not valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class,
-missing columns, and labels that are missing (None, NaN), floats or of mixed types (within a split or across
-splits) stop the job with a :class:`DataConfigError` naming the split."""
+``dropped_empty``) and, once tokenized, rows left with no token that shows text, only special tokens or spaces
+(``dropped_no_text_tokens``); bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters.
+Labels outside the class set, a single class, missing columns, and labels that are missing (None, NaN), floats or
+of mixed types (within a split or across splits) stop the job with a :class:`DataConfigError` naming the split."""
 
 from __future__ import annotations
 
@@ -146,8 +146,9 @@ def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: 
     labels_of = {split: column(ds, label_column) for split, ds in raw.items()}
     json_splits = [split for split, ds in raw.items() if isinstance(ds.features[label_column], datasets.Json)]
     for split in json_splits:
-        labels_of[split] = (json_labels(files[split], label_column) if files and files.get(split) else
-                            [None if v is None else json.loads(v) for v in labels_of[split]])
+        stored = [None if v is None else json.loads(v) for v in labels_of[split]]
+        written = json_labels(files[split], label_column) if files and files.get(split) else None
+        labels_of[split] = written if written is not None and len(written) == len(stored) else stored
     kind = check_label_types(labels_of, name, train_split, label_column)
     if json_splits:  # datasets made a Json column of it: its JSON types differ, whether or not "1" and 1 show it
         split = json_splits[0]
@@ -264,9 +265,13 @@ def check_label_types(labels_of: dict[str, list[Any]], name: str, train_split: s
                    "with a missing value is read as floats)." if whole else
                    "Fractional values are not classes: bin them into classes, or set data.label_column."))
         if len(by_kind) > 1:
-            def examples(kind: str) -> str:
-                values = sorted({labels[i] for i in by_kind[kind]})
-                return f"{kind} ({', '.join(map(repr, values[:3]))}{', ...' if len(values) > 3 else ''})"
+            def examples(kind: str) -> str:  # keyed by repr: JSON lists and objects are no set members
+                seen = {repr(labels[i]): labels[i] for i in by_kind[kind]}
+                try:
+                    values = sorted(seen, key=seen.__getitem__)
+                except TypeError:  # lists, objects
+                    values = sorted(seen)
+                return f"{kind} ({', '.join(values[:3])}{', ...' if len(values) > 3 else ''})"
 
             first = {k: rows[0] for k, rows in by_kind.items()}
             raise DataConfigError(
@@ -297,21 +302,25 @@ def check_label_types(labels_of: dict[str, list[Any]], name: str, train_split: s
     return kinds.get(train_split, "int")
 
 
-def json_labels(paths: list[str], label_column: str) -> list[Any]:
+def json_labels(paths: list[str], label_column: str) -> list[Any] | None:
     """The values of ``label_column`` in JSON files as written: JSON Lines (one object a line) or one JSON array of
     objects (what the datasets JSON loader reads). Its own Arrow copy of a column of several JSON types stores each
-    value as JSON text, and a string that is valid JSON (``"1"``) as that text: ``"1"`` and ``1`` become one."""
+    value as JSON text, and a string that is valid JSON (``"1"``) as that text: ``"1"`` and ``1`` become one.
+    ``None`` when a file does not parse as either layout."""
     values: list[Any] = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError:
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        if isinstance(records, dict):  # one object: a single row
-            records = [records]
-        values += [r.get(label_column) if isinstance(r, dict) else None for r in records]
+    try:
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                records = json.loads(text)
+            except json.JSONDecodeError:
+                records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            if isinstance(records, dict):  # one object: a single row
+                records = [records]
+            values += [r.get(label_column) if isinstance(r, dict) else None for r in records]
+    except (OSError, ValueError):  # a layout the loader read some other way: its stored values are used
+        return None
     return values
 
 

@@ -138,7 +138,9 @@ def test_texts_of_special_tokens_only_are_dropped_after_tokenization(tmp_path, c
     dropped = {s: c.get("dropped_no_text_tokens", 0) for s, c in meta["bad_rows"].items()}
     assert dropped["train"] + dropped["val"] == 2 and dropped["test"] == 1
     assert meta["counts"]["test"] == 9 and meta["bad_rows"]["train"]["dropped_empty"] == 0
-    assert "special tokens only ([PAD], [SEP])" in caplog.text and "test 1." in caplog.text
+    assert "toy: dropped texts that tokenize to no token that shows text (only [PAD], [SEP] or spaces" in caplog.text
+    per_split = ", ".join(f"{split} {dropped[split]}" for split in ("train", "val", "test") if dropped[split])
+    assert f"special token): {per_split}." in caplog.text
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bytes", "byte_bpe", "word_level"])
@@ -167,8 +169,8 @@ def test_all_texts_special_tokens_only_is_one_message(tmp_path):
     write_split(tmp_path / "data", "test", special_token_rows(10, "[PAD]", tuple(range(10))))
     with pytest.raises(DataConfigError) as err:
         toy_module(tmp_path / "data", tmp_path / "cache").prepare_data()
-    assert str(err.value).startswith("toy/test: all 10 texts tokenize to special tokens only ([PAD], [SEP]); set "
-                                     "data.text_column")
+    assert str(err.value).startswith("toy/test: all 10 texts tokenize to no token that shows text (only [PAD], "
+                                     "[SEP] or spaces); set data.text_column")
     assert_nothing_cached(tmp_path / "cache")
 
 

@@ -351,14 +351,14 @@ class TextClassificationDataModule(pl.LightningDataModule):
                 truncation[split] = dict(zip(text_columns, removed))
                 rows = {"input_ids": ids, "label": label_ids(column(ds, cfg.label_column), names),
                         "row_id": column(ds, "row_id")}
-                if no_text:  # the last check of the empty-text policy: no row is scored from special tokens only
+                if no_text:  # the last check of the empty-text policy: no row is scored from no text
                     stats.add(split, "dropped_no_text_tokens", len(no_text))
                     keep = sorted(set(range(len(ids))) - set(no_text))
                     if not keep:
                         raise DataConfigError(
-                            f"{self.name}/{roles[split] or roles['train']}: all {len(ids):,} texts tokenize to "
-                            f"special tokens only ({', '.join(NO_TEXT_TOKENS)}); set data.text_column to the "
-                            "column with the texts.")
+                            f"{self.name}/{roles[split] or roles['train']}: all {len(ids):,} texts tokenize to no "
+                            f"token that shows text (only {', '.join(NO_TEXT_TOKENS)} or spaces); set "
+                            "data.text_column to the column with the texts.")
                     rows = {k: [v[i] for i in keep] for k, v in rows.items()}
                 out = datasets.Dataset.from_dict(rows)
                 out.save_to_disk(str(tmp / split))
@@ -442,9 +442,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
             log.warning("%s: dropped empty texts (null, no visible character: only whitespace, zero-width, format or "
                         "control characters, or no token once tokenized): %s.", self.name, per_split("dropped_empty"))
         if per_split("dropped_no_text_tokens"):
-            log.warning("%s: dropped texts that tokenize to special tokens only (%s), no token of the text itself "
-                        "(e.g. a text \"[PAD]\"): %s.", self.name, ", ".join(NO_TEXT_TOKENS),
-                        per_split("dropped_no_text_tokens"))
+            log.warning("%s: dropped texts that tokenize to no token that shows text (only %s or spaces, e.g. a "
+                        "text \"[PAD]\", which the tokenizer matches as its special token): %s.", self.name,
+                        ", ".join(NO_TEXT_TOKENS), per_split("dropped_no_text_tokens"))
         if per_split("invalid_utf8"):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))

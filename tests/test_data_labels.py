@@ -97,3 +97,61 @@ def test_label_types_in_csv_and_jsonl(tmp_path, fmt, train, test, message):
                      {"text": rows(10)["text"], "label": test}).prepare_data()
     assert message in str(err.value)
     assert_nothing_cached(tmp_path / "cache")
+
+
+def write_json(path, labels, array: bool = False) -> str:
+    """Rows of ``labels`` (Python values, written as they are: "1" a string, 1 a number) as JSON Lines, or as
+    one JSON array of objects."""
+    import json
+
+    records = [{"text": t, "label": y} for t, y in zip(rows(len(labels))["text"], labels)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(records) if array else "".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.mark.parametrize("train, test, array, message", [
+    (["0", 1, "1", 0] * 8, [0, 1] * 5, False,
+     "toy: labels in split 'train' mix types: str ('0', '1') and int (0, 1); make them one type (all integers "
+     "0..K-1 or all class names in label column 'label')"),
+    ([0, "1", 1, "0"] * 8, [0, 1] * 5, True,
+     "toy: labels in split 'train' mix types: int (0, 1) and str ('0', '1'); make them one type"),
+    ([0, 1] * 15, [0, 1, "neg", 1, "pos"] * 2, False,
+     "toy: labels in split 'test' mix types: int (0, 1) and str ('neg', 'pos'); make them one type"),
+    ([True, 0, 1, False] * 8, [0, 1] * 5, False,
+     "toy: labels in split 'train' mix types: bool (False, True) and int (0, 1); make them one type"),
+    ([[0], 1, 0, [1]] * 8, [0, 1] * 5, False,
+     "toy: labels in split 'train' mix types: list ([0], [1]) and int (0, 1); make them one type"),
+    (["a", "b", "c", "d", 1] * 6, ["a"] * 10, False,
+     "toy: labels in split 'train' mix types: str ('a', 'b', 'c', ...) and int (1); make them one type"),
+    # the kinds fixed before, in the same files: missing, float, mixed across splits
+    (["0", None, "1", 1] * 8, [0, 1] * 5, False,
+     "toy/train: 8 of 32 rows have no label (None or NaN) in label column 'label' (rows 1, 5, 9, 13, 17, ...)"),
+    ([0, 1.5, 1] * 10, [0, 1] * 5, False,
+     "toy/train: label column 'label' holds floats (0.0, 1.0, 1.5); class labels are"),
+    (["0", "1"] * 15, [0, 1] * 5, False,
+     "toy: label column 'label' holds strings in train ('0', '1') but integers in test (0, 1)"),
+])
+def test_labels_of_mixed_types_in_one_split_are_named(tmp_path, train, test, array, message):
+    ext = "json" if array else "jsonl"
+    files = {"train": write_json(tmp_path / "files" / f"train.{ext}", train, array),
+             "test": write_json(tmp_path / "files" / f"test.{ext}", test, array)}
+    with pytest.raises(DataConfigError) as err:
+        toy_module(tmp_path / "nowhere", tmp_path / "cache", data_files=files).prepare_data()
+    assert message in str(err.value)
+    assert_nothing_cached(tmp_path / "cache")
+
+
+def test_mixed_json_labels_without_their_files_are_named(tmp_path):
+    """Read from elsewhere than local files (a Hub JSON repo), a column the JSON loader stored as JSON text still
+    says which split mixes types, from the values it kept."""
+    from attnbench.data.rows import check_columns_and_labels
+
+    path = write_json(tmp_path / "train.jsonl", ["0", 1, "1", 0] * 8)
+    raw = datasets.DatasetDict({"train": datasets.load_dataset("json", data_files=path, split="train",
+                                                               cache_dir=str(tmp_path / "hf"))})
+    assert isinstance(raw["train"].features["label"], datasets.Json)
+    with pytest.raises(DataConfigError) as err:
+        check_columns_and_labels(raw, "toy", "train", ["text"], "label")
+    assert str(err.value).startswith("toy: labels in split 'train' mix JSON types, such as strings and numbers "
+                                     "(values 0, 1; the datasets JSON loader reads a string that is valid JSON")

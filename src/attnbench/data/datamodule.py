@@ -39,7 +39,14 @@ from attnbench.data.samplers import (
 )
 from attnbench.data.sources import Source, load_source, local_root
 from attnbench.data.splits import Carving, carve_disjoint, carve_stratified, cv_fold, overlap_counts
-from attnbench.data.tokenizer import PAD_TOKEN, SEP_TOKEN, encode_ids_counting, token_counts, train_tokenizer
+from attnbench.data.tokenizer import (
+    NO_TEXT_TOKENS,
+    PAD_TOKEN,
+    SEP_TOKEN,
+    encode_ids_counting,
+    token_counts,
+    train_tokenizer,
+)
 from attnbench.distributed import eval_sampler
 from attnbench.paths import user_path
 
@@ -296,7 +303,8 @@ class TextClassificationDataModule(pl.LightningDataModule):
         cfg = self.cfg
         raw, roles = source.splits, source.roles
         text_columns = [cfg.text_column] + ([cfg.text_pair_column] if cfg.text_pair_column else [])
-        names = check_columns_and_labels(raw, self.name, roles["train"], text_columns, cfg.label_column)
+        json_files = cfg.data_files if cfg.data_files and cfg.builder in ("json", "jsonl") else None
+        names = check_columns_and_labels(raw, self.name, roles["train"], text_columns, cfg.label_column, json_files)
         stats = SplitStats()
 
         def with_row_ids(split: str) -> datasets.Dataset:
@@ -335,16 +343,24 @@ class TextClassificationDataModule(pl.LightningDataModule):
             truncation: dict[str, dict[str, dict[str, int]]] = {}
             for split, ds in (("train", train), ("val", val), ("test", test_src)):
                 if pair:
-                    ids, truncated, removed = encode_ids_counting(tokenizer, column(ds, PAIR_COLUMNS[0]),
-                                                                  column(ds, PAIR_COLUMNS[1]))
+                    ids, truncated, removed, no_text = encode_ids_counting(
+                        tokenizer, column(ds, PAIR_COLUMNS[0]), column(ds, PAIR_COLUMNS[1]))
                 else:
-                    ids, truncated, removed = encode_ids_counting(tokenizer, texts[split])
+                    ids, truncated, removed, no_text = encode_ids_counting(tokenizer, texts[split])
                 stats.add(split, "truncated", truncated)
                 truncation[split] = dict(zip(text_columns, removed))
-                out = datasets.Dataset.from_dict(
-                    {"input_ids": ids, "label": label_ids(column(ds, cfg.label_column), names),
-                     "row_id": column(ds, "row_id")}
-                )
+                rows = {"input_ids": ids, "label": label_ids(column(ds, cfg.label_column), names),
+                        "row_id": column(ds, "row_id")}
+                if no_text:  # the last check of the empty-text policy: no row is scored from no text
+                    stats.add(split, "dropped_no_text_tokens", len(no_text))
+                    keep = sorted(set(range(len(ids))) - set(no_text))
+                    if not keep:
+                        raise DataConfigError(
+                            f"{self.name}/{roles[split] or roles['train']}: all {len(ids):,} texts tokenize to no "
+                            f"token that shows text (only {', '.join(NO_TEXT_TOKENS)} or spaces); set "
+                            "data.text_column to the column with the texts.")
+                    rows = {k: [v[i] for i in keep] for k, v in rows.items()}
+                out = datasets.Dataset.from_dict(rows)
                 out.save_to_disk(str(tmp / split))
                 counts[split] = len(out)
             meta = {
@@ -425,6 +441,10 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if per_split("dropped_empty"):
             log.warning("%s: dropped empty texts (null, no visible character: only whitespace, zero-width, format or "
                         "control characters, or no token once tokenized): %s.", self.name, per_split("dropped_empty"))
+        if per_split("dropped_no_text_tokens"):
+            log.warning("%s: dropped texts that tokenize to no token that shows text (only %s or spaces, e.g. a "
+                        "text \"[PAD]\", which the tokenizer matches as its special token): %s.", self.name,
+                        ", ".join(NO_TEXT_TOKENS), per_split("dropped_no_text_tokens"))
         if per_split("invalid_utf8"):
             log.warning("%s: texts with bytes that are not UTF-8, decoded with U+FFFD replacement characters: %s.",
                         self.name, per_split("invalid_utf8"))

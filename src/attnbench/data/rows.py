@@ -1,14 +1,19 @@
 """Rows as the model sees them: texts cleaned by the bad-row policy, labels checked and numbered.
 
-Policy (counted per split in the log and in the cache's ``meta.json``): texts with no visible character (empty,
-whitespace only, or only format and control characters such as U+200B ZERO WIDTH SPACE, U+FEFF and U+00AD SOFT
-HYPHEN, or lone combining marks: :func:`has_visible_character`) and nulls are dropped whatever the tokenizer,
-as are texts the tokenizer cuts into no token (the data module's check); bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters. Labels outside the class set, a single class, missing
-columns, and labels that are missing (None, NaN), floats or of mixed types (within a split or across splits) stop
-the job with a :class:`DataConfigError` naming the split."""
+Policy (counted per split in the log and in the cache's ``meta.json``): nulls and texts with no visible character
+(empty, whitespace only, or only characters that show nothing: Default_Ignorable_Code_Point such as U+200B ZERO
+WIDTH SPACE, U+FEFF, U+00AD SOFT HYPHEN, U+3164 HANGUL FILLER and variation selectors, other control
+characters, U+2800 BRAILLE PATTERN BLANK, lone combining marks: :func:`is_invisible`) are dropped whatever the
+tokenizer (``dropped_empty``), as are texts the tokenizer cuts into no token (the data module's check, also
+``dropped_empty``) and, once tokenized, rows left with no token that shows text, only special tokens or spaces
+(``dropped_no_text_tokens``); bytes that are not valid UTF-8 are decoded with U+FFFD replacement characters.
+Labels outside the class set, a single class, missing columns, and labels that are missing (None, NaN), floats or
+of mixed types (within a split or across splits) stop the job with a :class:`DataConfigError` naming the split."""
 
 from __future__ import annotations
 
+import bisect
+import json
 import logging
 import math
 import unicodedata
@@ -22,7 +27,8 @@ log = logging.getLogger("attnbench.data")
 
 
 class SplitStats:
-    """Per-split counts of the bad-row policy: ``dropped_empty``, ``invalid_utf8``, ``truncated`` rows."""
+    """Per-split counts of the bad-row policy: ``dropped_empty``, ``invalid_utf8``, ``truncated`` rows, and
+    ``dropped_no_text_tokens`` (only when some were dropped)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, int]] = {}
@@ -63,19 +69,45 @@ def clean_texts(values: list[Any], column_name: str, where: str) -> tuple[list[s
     return texts, keep, invalid
 
 
-#: Unicode general categories of characters that show nothing on their own: separators (spaces, line and
-#: paragraph separators), control characters (Cc), format characters (Cf: U+200B-U+200F, U+2060-U+2064, U+FEFF,
-#: U+00AD, bidirectional marks, tags) and marks (Mn, Mc, Me: combining accents and variation selectors, which only
-#: modify the character before them)
-INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Mn", "Mc", "Me"})
+#: The Default_Ignorable_Code_Point ranges (first, last) of Unicode 14.0's DerivedCoreProperties.txt (the
+#: version of Python 3.11's ``unicodedata``): characters a renderer shows as nothing when it does not support
+#: them: U+00AD SOFT HYPHEN, the zero-width and bidirectional controls (U+200B-U+200F, U+202A-U+202E,
+#: U+2060-U+206F), U+FEFF, the Hangul fillers (U+115F, U+1160, U+3164, U+FFA0), the variation selectors
+#: (U+180B-U+180F, U+FE00-U+FE0F, U+E0100-U+E01EF) and the tag characters (U+E0000-U+E0FFF).
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F),
+    (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+_IGNORABLE_FIRST = [first for first, _ in DEFAULT_IGNORABLE]
+
+#: Unicode general categories of characters that show nothing on their own: separators (Zs, Zl, Zp: with the
+#: controls, every White_Space character), controls (Cc) and marks (Mn, Mc, Me: combining accents, which only
+#: modify the character before them). Format characters (Cf) are Default_Ignorable_Code_Point but for the
+#: prepended concatenation marks such as U+0600 ARABIC NUMBER SIGN, which are drawn.
+INVISIBLE_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Mn", "Mc", "Me"})
+
+#: Characters that draw an empty cell although their category is visible (So): U+2800 BRAILLE PATTERN BLANK
+BLANK_SYMBOLS = frozenset({"\u2800"})
+
+
+def is_invisible(ch: str) -> bool:
+    """Whether the character ``ch`` shows nothing on its own: a Default_Ignorable_Code_Point
+    (:data:`DEFAULT_IGNORABLE`), a character of :data:`INVISIBLE_CATEGORIES` (whitespace, controls, lone marks)
+    or one of :data:`BLANK_SYMBOLS`."""
+    if unicodedata.category(ch) in INVISIBLE_CATEGORIES or ch in BLANK_SYMBOLS:
+        return True
+    code = ord(ch)
+    i = bisect.bisect_right(_IGNORABLE_FIRST, code) - 1
+    return i >= 0 and code <= DEFAULT_IGNORABLE[i][1]
 
 
 def has_visible_character(text: str) -> bool:
-    """Whether ``text`` holds a character outside :data:`INVISIBLE_CATEGORIES` (a letter, number, punctuation or
-    symbol, a private-use or unassigned code point): a text of spaces, zero-width and other format or control
-    characters, or of lone combining marks, carries no content for any tokenizer, also for those that would give
-    its bytes tokens (``bytes``, ``byte_bpe``)."""
-    return any(unicodedata.category(ch) not in INVISIBLE_CATEGORIES for ch in text)
+    """Whether ``text`` holds a character that is not :func:`is_invisible` (a letter, number, punctuation or
+    symbol, a private-use or unassigned code point): a text of spaces, zero-width, filler, format or control
+    characters, variation selectors or lone combining marks carries no content for any tokenizer, also for those
+    that would give its bytes tokens (``bytes``, ``byte_bpe``)."""
+    return not all(map(is_invisible, text))
 
 
 def column(ds: datasets.Dataset, name: str) -> list[Any]:
@@ -84,12 +116,16 @@ def column(ds: datasets.Dataset, name: str) -> list[Any]:
 
 
 def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: str, text_columns: list[str],
-                             label_column: str) -> list[str]:
+                             label_column: str, files: dict[str, list[str]] | None = None) -> list[str]:
     """The class names, after checking that every split has the columns and only labels of those classes.
 
     Classes: a ``ClassLabel``'s names (other splits' ids re-numbered by name, :func:`align_class_names`), the
     sorted distinct strings of a string column, ``"False", "True"`` of a boolean column, or ``"0".."K-1"`` of an
     integer column. Every split's labels are of one kind first (:func:`check_label_types`).
+
+    Args:
+        files: source split -> the JSON files it was read from, if any: a label column of several JSON types is
+            checked on the values as written there (:func:`json_labels`).
 
     Raises:
         DataConfigError: a missing column (naming the columns there are), missing, float or mixed-type labels
@@ -108,7 +144,20 @@ def check_columns_and_labels(raw: datasets.DatasetDict, name: str, train_split: 
     if isinstance(feature, datasets.ClassLabel):
         align_class_names(raw, name, train_split, label_column, list(feature.names))
     labels_of = {split: column(ds, label_column) for split, ds in raw.items()}
+    json_splits = [split for split, ds in raw.items() if isinstance(ds.features[label_column], datasets.Json)]
+    for split in json_splits:
+        stored = [None if v is None else json.loads(v) for v in labels_of[split]]
+        written = json_labels(files[split], label_column) if files and files.get(split) else None
+        labels_of[split] = written if written is not None and len(written) == len(stored) else stored
     kind = check_label_types(labels_of, name, train_split, label_column)
+    if json_splits:  # datasets made a Json column of it: its JSON types differ, whether or not "1" and 1 show it
+        split = json_splits[0]
+        values = sorted(set(map(repr, labels_of[split])))[:5]
+        raise DataConfigError(
+            f"{name}: labels in split {split!r} mix JSON types, such as strings and numbers (values "
+            f"{', '.join(values)}; the datasets JSON loader reads a string that is valid JSON, such as \"1\", as "
+            f"its value); make them one type (all integers 0..K-1 or all class names in label column "
+            f"{label_column!r}), or set data.label_column.")
     train_labels = labels_of[train_split]
     if isinstance(feature, datasets.ClassLabel):
         names = list(feature.names)
@@ -215,17 +264,29 @@ def check_label_types(labels_of: dict[str, list[Any]], name: str, train_split: s
                 + ("They are whole numbers: store the column as integers (pandas: df[col].astype(int); a column "
                    "with a missing value is read as floats)." if whole else
                    "Fractional values are not classes: bin them into classes, or set data.label_column."))
+        if len(by_kind) > 1:
+            def examples(kind: str) -> str:  # keyed by repr: JSON lists and objects are no set members
+                seen = {repr(labels[i]): labels[i] for i in by_kind[kind]}
+                try:
+                    values = sorted(seen, key=seen.__getitem__)
+                except TypeError:  # lists, objects
+                    values = sorted(seen)
+                return f"{kind} ({', '.join(values[:3])}{', ...' if len(values) > 3 else ''})"
+
+            first = {k: rows[0] for k, rows in by_kind.items()}
+            raise DataConfigError(
+                f"{name}: labels in split {split!r} mix types: "
+                f"{' and '.join(examples(k) for k in sorted(by_kind, key=first.get))}; make them one type (all "
+                f"integers 0..K-1 or all class names in label column {col}): labels are matched by value, so '1' "
+                "and 1 would be two classes. Fix the file, or set data.label_column.")
         strings = [labels[i] for i in by_kind.get("str", [])]
         numeric = sorted({y for y in strings if _is_number(y)})
-        if len(by_kind) > 1 or (numeric and len(numeric) < len(set(strings))):
-            parts = [f"{_KIND_WORDS.get(k, k)} ({', '.join(repr(labels[i]) for i in rows[:3])})"
-                     for k, rows in sorted(by_kind.items())] if len(by_kind) > 1 else [
-                f"numbers ({', '.join(map(repr, numeric[:3]))})",
-                f"names ({', '.join(repr(y) for y in sorted(set(strings) - set(numeric))[:3])})"]
+        if numeric and len(numeric) < len(set(strings)):
+            names = sorted(set(strings) - set(numeric))
             raise DataConfigError(
-                f"{where}: label column {col} mixes {' and '.join(parts)}; labels are matched by value, so "
-                "every label must be of one kind: all integers 0..K-1 or all class names. Fix the file, or set "
-                "data.label_column.")
+                f"{where}: label column {col} mixes numbers ({', '.join(map(repr, numeric[:3]))}) and names "
+                f"({', '.join(map(repr, names[:3]))}); labels are matched by value, so every label must be of one "
+                "kind: all integers 0..K-1 or all class names. Fix the file, or set data.label_column.")
         if labels:
             kinds[split] = next(iter(by_kind))
     if len(set(kinds.values())) > 1:
@@ -239,6 +300,28 @@ def check_label_types(labels_of: dict[str, list[Any]], name: str, train_split: s
             "; labels are matched by value across splits ('1' is not 1), so every split needs the same kind. "
             "Store them alike (e.g. all as integers), or set data.label_column.")
     return kinds.get(train_split, "int")
+
+
+def json_labels(paths: list[str], label_column: str) -> list[Any] | None:
+    """The values of ``label_column`` in JSON files as written: JSON Lines (one object a line) or one JSON array of
+    objects (what the datasets JSON loader reads). Its own Arrow copy of a column of several JSON types stores each
+    value as JSON text, and a string that is valid JSON (``"1"``) as that text: ``"1"`` and ``1`` become one.
+    ``None`` when a file does not parse as either layout."""
+    values: list[Any] = []
+    try:
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                records = json.loads(text)
+            except json.JSONDecodeError:
+                records = [json.loads(line) for line in text.splitlines() if line.strip()]
+            if isinstance(records, dict):  # one object: a single row
+                records = [records]
+            values += [r.get(label_column) if isinstance(r, dict) else None for r in records]
+    except (OSError, ValueError):  # a layout the loader read some other way: its stored values are used
+        return None
+    return values
 
 
 def _is_number(text: str) -> bool:

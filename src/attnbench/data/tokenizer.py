@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 
 PAD_TOKEN, UNK_TOKEN, SEP_TOKEN = "[PAD]", "[UNK]", "[SEP]"
+#: special tokens that stand for no text: padding and the pair separator (``[UNK]`` stands for a word the
+#: vocabulary lacks, so it counts as text)
+NO_TEXT_TOKENS = (PAD_TOKEN, SEP_TOKEN)
 
 
 def continuing_symbols(tokenizer, texts: list[str], prefix: str) -> list[str]:
@@ -56,7 +59,7 @@ def canonical_token_ids(tokenizer, keep_added: list[str] | None = None):
 
 
 def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None = None, chunk: int = 1024
-                        ) -> tuple[list[list[int]], int, list[dict[str, int]]]:
+                        ) -> tuple[list[list[int]], int, list[dict[str, int]], list[int]]:
     """Token ids of ``texts`` (or of the pairs ``(texts[i], seconds[i])``), and what truncation removed, encoded
     ``chunk`` texts at a time (``encode_batch`` keeps a full ``Encoding`` per text; chunks bound that memory).
 
@@ -65,9 +68,12 @@ def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None =
     post-processor (``first [SEP] second``).
 
     Returns:
-        ``(ids, truncated, removed)``: one id list per row, the number of rows truncated, and per text field (``texts``, then ``seconds``)
-        ``{"rows": rows that lost tokens, "tokens": tokens removed}``. For a pair, a field's removed tokens
-        are its untruncated length (encoded alone, no special tokens) minus the tokens of that field kept.
+        ``(ids, truncated, removed, no_text)``: one id list per row, the number of rows truncated, per text field
+        (``texts``, then ``seconds``) ``{"rows": rows that lost tokens, "tokens": tokens removed}``, and the rows
+        (indices) of which a text field kept no token that shows text (:func:`blank_token_ids`: e.g. a text
+        ``"[PAD]"``, which the tokenizer matches as its special token, or ``"[PAD] [PAD]"``, whose only other token
+        is a space). For a pair, a field's removed tokens are its untruncated length (encoded alone, no special
+        tokens) minus the tokens of that field kept.
     """
     from tokenizers import Tokenizer
 
@@ -79,6 +85,8 @@ def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None =
         full.no_truncation()
     ids: list[list[int]] = []
     truncated = 0
+    no_text: list[int] = []
+    blank = blank_token_ids(tokenizer)
     for start in range(0, len(texts), chunk):
         parts = [f[start : start + chunk] for f in fields]
         encodings = tokenizer.encode_batch(parts[0] if seconds is None else list(zip(*parts)))
@@ -88,13 +96,28 @@ def encode_ids_counting(tokenizer, texts: list[str], seconds: list[str] | None =
             lengths = [[len(e.ids) for e in full.encode_batch(p, add_special_tokens=False)] for p in parts]
             lost = [[lengths[f][j] - enc.sequence_ids.count(f) for f in range(len(fields))]
                     for j, enc in enumerate(encodings)]
-        for enc, row_lost in zip(encodings, lost):
+        for j, (enc, row_lost) in enumerate(zip(encodings, lost)):
             ids.append(enc.ids)
+            if not all(any(s == f and t not in blank for t, s in zip(enc.ids, enc.sequence_ids))
+                       for f in range(len(fields))):
+                no_text.append(start + j)
             truncated += any(row_lost)
             for f, n in enumerate(row_lost):
                 removed[f]["rows"] += n > 0
                 removed[f]["tokens"] += n
-    return ids, truncated, removed
+    return ids, truncated, removed, no_text
+
+
+def blank_token_ids(tokenizer) -> set[int]:
+    """The ids of ``tokenizer``'s tokens that show no text: :data:`NO_TEXT_TOKENS` and every token that decodes to
+    no visible character (:func:`attnbench.data.rows.has_visible_character`: a space, a zero-width character).
+    ``[UNK]`` shows text (a word the vocabulary lacks), as does a lone byte of a longer character (U+FFFD)."""
+    from attnbench.data.rows import has_visible_character
+
+    n = tokenizer.get_vocab_size()
+    shown = tokenizer.decode_batch([[i] for i in range(n)], skip_special_tokens=False)
+    blank = {i for i, text in enumerate(shown) if not has_visible_character(text)}
+    return blank | ({tokenizer.token_to_id(t) for t in NO_TEXT_TOKENS} - {None})
 
 
 def _with_pipeline(tok, kind: str, lowercase: bool):

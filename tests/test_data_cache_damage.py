@@ -217,9 +217,10 @@ def test_an_entry_without_sidecars_is_read_as_before(pristine, tmp_path, caplog)
 
 
 def test_a_run_on_a_damaged_cache_rebuilds_it_and_ends_as_on_the_pristine_one(pristine, tmp_path, caplog):
-    """Two short runs on the same config: the second meets a training Arrow file with one byte inverted (it still
-    parses, into other token ids). It logs one warning naming the file, rebuilds the entry, and its metrics
-    equal the first run's."""
+    """Two one-epoch runs on the same config: the second meets a training Arrow file with one byte inverted. It
+    still parses, into other token ids (a run trained on them ends with val/loss 0.72264 and test/loss 0.75001
+    instead of 0.72313 and 0.75035); the run logs one warning naming the file, rebuilds the entry, and its
+    metrics equal the first run's."""
     from hydra import compose, initialize_config_dir
 
     from attnbench.run.train import train
@@ -231,8 +232,8 @@ def test_a_run_on_a_damaged_cache_rebuilds_it_and_ends_as_on_the_pristine_one(pr
 
     def run(out: Path) -> dict:
         overrides = ["data=sst2", f"data.local_dir={local}", f"data.cache_dir={cache}", "data.max_length=32",
-                     "data.max_train_samples=50", "data.max_eval_samples=10", "data.batch_size=8", "model=tiny",
-                     "logger=csv", "trainer.max_steps=6", "trainer.val_check_interval=3",
+                     "data.max_train_samples=null", "data.max_eval_samples=10", "data.batch_size=32", "model=tiny",
+                     "logger=csv", "trainer.max_epochs=1",
                      "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
                      "callbacks.run_stats.warmup_steps=1", "~callbacks.attention_diagnostics",
                      "~callbacks.attention_maps", f"+output_dir={out}"]

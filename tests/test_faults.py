@@ -802,11 +802,13 @@ def _flip_in_largest_tensor(path: Path) -> None:
 
 
 def test_a_checkpoint_with_a_flipped_byte_is_named_in_one_line_by_its_sidecar(tmp_path):
-    """A checkpoint with one byte of a tensor inverted still loads (torch.load does not check the zip's CRCs), so
-    a resume trained on from other weights. Every checkpoint gets a sha256sum-format sidecar; a load that finds
+    """A checkpoint with one byte of a tensor inverted still loads (torch.load does not check the zip's CRCs): a
+    resume from it would go on from other weights. Every checkpoint gets a sha256sum-format sidecar; a load that finds
     the bytes changed ends in one ConfigError naming the file and its sidecar, through attnbench's load and
-    through Lightning's (AtomicCheckpointIO.load_checkpoint: trainer.fit and trainer.test)."""
+    through Lightning's (AtomicCheckpointIO.load_checkpoint: trainer.fit and trainer.test) and the report's
+    attention maps."""
     from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+    from attnbench.viz.attention_maps import load_model
 
     folder = tmp_path / "checkpoints"
     ckpt = folder / "epoch00-step13.ckpt"
@@ -824,7 +826,7 @@ def test_a_checkpoint_with_a_flipped_byte_is_named_in_one_line_by_its_sidecar(tm
     message = (f"{ckpt} is not a readable checkpoint (truncated or damaged: its SHA-256 differs from the one written "
                f"with it in {side.name}; delete that file to load it unchecked); resume from another .ckpt file of "
                f"{folder} (ckpt_path=<file>), or start afresh.")
-    for load in (load_checkpoint, io.load_checkpoint):
+    for load in (load_checkpoint, io.load_checkpoint, load_model):  # resume, trainer.fit/test, attention maps
         with pytest.raises(ConfigError) as err:
             load(ckpt)
         assert str(err.value) == message

@@ -56,8 +56,8 @@ def remove_sidecar(path: str | os.PathLike) -> None:
 
 def mismatch(path: str | os.PathLike) -> str | None:
     """Why the file at ``path`` (a symlink: its target, beside which its sidecar lies) differs from its sidecar,
-    as a phrase naming the sidecar (by its name: it lies beside the file); ``None`` when it matches, has no sidecar, or is itself absent (the reader
-    names a missing file)."""
+    as a phrase naming the sidecar (by its name: it lies beside the file); ``None`` when it matches, has no
+    sidecar, or is itself absent (the reader names a missing file)."""
     real = Path(os.path.realpath(path))
     side = sidecar(real)
     if not side.is_file() or not real.is_file():

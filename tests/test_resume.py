@@ -353,6 +353,7 @@ def test_mid_epoch_resume_from_an_old_checkpoint_replays_what_the_log_says(refer
     del checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]  # as the old code wrote it
     del checkpoint["attnbench"]["inside_step"]
     torch.save(checkpoint, path)
+    (run_dir / "checkpoints" / "interrupted.ckpt.sha256").unlink()  # nor did it write a SHA-256 sidecar
     second = tmp_path / "second.jsonl"
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
 

@@ -212,8 +212,8 @@ def test_a_finished_run_keeps_one_copy_of_its_final_checkpoint(tmp_path, data_di
     files = sorted((short / "checkpoints").iterdir())
     best = Path(json.loads((short / "metrics.json").read_text())["best_checkpoint"])
     last = short / "checkpoints" / "last.ckpt"
-    assert last.is_symlink() and last.resolve() == best.resolve() and len(files) == 2
-    assert [f.name for f in files if not f.is_symlink()] == [best.name]
+    assert last.is_symlink() and last.resolve() == best.resolve() and len(files) == 3  # best's sha256 sidecar too
+    assert [f.name for f in files if not f.is_symlink()] == [best.name, f"{best.name}.sha256"]
     _train([*base, "trainer.max_epochs=2", f"hydra.run.dir={resumed}", f"ckpt_path={last}"], env)
     metrics = json.loads((resumed / "metrics.json").read_text())
     assert Path(metrics["resumed_from"]).resolve() == best.resolve()

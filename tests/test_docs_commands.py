@@ -672,7 +672,7 @@ def test_a_sweep_resumes_jobs_with_a_checkpoint_and_restarts_the_others(tmp_path
     checkpoints = jobs[0] / "checkpoints"
     epoch0 = sorted(checkpoints.glob("epoch00-*.ckpt"))
     assert len(epoch0) == 1 and sorted(checkpoints.glob("epoch01-*.ckpt")), sorted(checkpoints.iterdir())
-    for ckpt in checkpoints.glob("last*.ckpt"):
+    for ckpt in checkpoints.glob("last*.ckpt*"):  # with its sha256 sidecar: the copy below is another file
         ckpt.unlink()
     for ckpt in checkpoints.glob("epoch01-*.ckpt"):
         ckpt.unlink()

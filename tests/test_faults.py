@@ -558,6 +558,10 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
     shutil.copytree(stopped, damaged)
     last = (damaged / "checkpoints" / "last.ckpt").resolve()
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])
+    flipped = tmp_path / "flipped"  # killed while testing, a byte of last.ckpt inverted: it still loads
+    shutil.copytree(finished, flipped, symlinks=True)  # last.ckpt may link to the best file and its sidecar
+    (flipped / "metrics.json").unlink()
+    _flip_in_largest_tensor((flipped / "checkpoints" / "last.ckpt").resolve())
     cases = [
         # a trainer Lightning refuses, into an interrupted run: refused before any logger is built (the CSV log would
         # set metrics.csv aside as metrics.part1.csv, W&B would create wandb/offline-run-*) and before data work
@@ -573,6 +577,8 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (stopped, ["model=small"], "holds a run with other settings than this command's"),
         (stopped, ["model=small", "hydra.output_subdir=null"], "holds the weights of another model than this run"),
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
+        (flipped, [], "is not a readable checkpoint (truncated or damaged: its SHA-256 differs from the one written "
+                      "with it in "),
     ]
     for run_dir, extra, message in cases:
         before = _files(run_dir)
@@ -583,7 +589,7 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         assert len(errors) == 1 and message in errors[0], (extra, proc.stderr[-3000:])
         assert "Traceback" not in proc.stderr
         assert _files(run_dir) == before, extra
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "stopped"], extra
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "flipped", "stopped"], extra
 
 
 @pytest.mark.parametrize("where", [  # two of the four cases by default (each is a train.py process)
@@ -757,7 +763,8 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     with pytest.raises(OSError) as err:
         io.save_checkpoint({"global_step": 26}, folder / "last.ckpt")
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(folder / "last.ckpt")
-    assert (folder / "last.ckpt").read_bytes() == good and sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    assert (folder / "last.ckpt").read_bytes() == good
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
     monkeypatch.undo()
     # a kill in the middle of the write (SIGKILL: no clean-up runs): the previous file is whole and still the one
     # `ckpt_path=last` takes; the partial write lies in checkpoints/ under a name no resume picks
@@ -774,6 +781,85 @@ def test_a_checkpoint_write_that_fails_or_is_killed_leaves_the_previous_file_who
     (folder / "last.ckpt").write_bytes(good[: len(good) // 2])
     with pytest.raises(ConfigError, match=r"last\.ckpt is not a readable checkpoint \(truncated or damaged"):
         load_checkpoint(folder / "last.ckpt")
+
+
+def _flip_in_largest_tensor(path: Path) -> None:
+    """Invert one byte in the middle of the largest tensor's bytes of the checkpoint ``path`` (its zip entry is
+    stored uncompressed): the file keeps its length and still loads."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = max((i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    with open(path, "r+b") as file:
+        file.seek(info.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", file.read(4))
+        at = info.header_offset + 30 + name_len + extra_len + info.file_size // 2
+        file.seek(at)
+        byte = file.read(1)[0]
+        file.seek(at)
+        file.write(bytes([byte ^ 0xFF]))
+
+
+def test_a_checkpoint_with_a_flipped_byte_is_named_in_one_line_by_its_sidecar(tmp_path):
+    """A checkpoint with one byte of a tensor inverted still loads (torch.load does not check the zip's CRCs): a
+    resume from it would go on from other weights. Every checkpoint gets a sha256sum-format sidecar; a load that finds
+    the bytes changed ends in one ConfigError naming the file and its sidecar, through attnbench's load and
+    through Lightning's (AtomicCheckpointIO.load_checkpoint: trainer.fit and trainer.test) and the report's
+    attention maps."""
+    from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+    from attnbench.viz.attention_maps import load_model
+
+    folder = tmp_path / "checkpoints"
+    ckpt = folder / "epoch00-step13.ckpt"
+    io = AtomicCheckpointIO()
+    weights = torch.arange(10_000, dtype=torch.float32)
+    io.save_checkpoint({"global_step": 13, "state_dict": {"w": weights}}, ckpt)
+    side = folder / "epoch00-step13.ckpt.sha256"
+    proc = subprocess.run(["sha256sum", "-c", side.name], cwd=folder, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and proc.stdout == "epoch00-step13.ckpt: OK\n", proc.stdout + proc.stderr
+    assert torch.equal(load_checkpoint(ckpt)["state_dict"]["w"], weights)
+
+    _flip_in_largest_tensor(ckpt)
+    silently = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]["w"]
+    assert silently.shape == weights.shape and not torch.equal(silently, weights)  # what a resume trained on
+    message = (f"{ckpt} is not a readable checkpoint (truncated or damaged: its SHA-256 differs from the one written "
+               f"with it in {side.name}; delete that file to load it unchecked); resume from another .ckpt file of "
+               f"{folder} (ckpt_path=<file>), or start afresh.")
+    for load in (load_checkpoint, io.load_checkpoint, load_model):  # resume, trainer.fit/test, attention maps
+        with pytest.raises(ConfigError) as err:
+            load(ckpt)
+        assert str(err.value) == message
+    # a sidecar that is not a digest is named too
+    side.write_text("garbage\n")
+    with pytest.raises(ConfigError, match=r"its digest file epoch00-step13\.ckpt\.sha256 holds no SHA-256 digest"):
+        load_checkpoint(ckpt)
+    # ModelCheckpoint dropping a superseded file removes its sidecar as well
+    io.remove_checkpoint(ckpt)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_checkpoint_without_a_sidecar_loads_unchecked_and_a_lone_sidecar_is_harmless(tmp_path):
+    """A checkpoint written before sidecars (none beside it) loads as before; a sidecar whose checkpoint is gone
+    neither counts as a checkpoint for ckpt_path=last nor crashes a load of the missing file."""
+    from attnbench.run import resume
+    from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+
+    folder = tmp_path / "checkpoints"
+    old = folder / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"global_step": 5, "state_dict": {"w": torch.ones(100)}}, old)
+    (folder / "last.ckpt.sha256").unlink()
+    _flip_in_largest_tensor(old)  # unchecked: its damage goes unseen, as before sidecars
+    assert load_checkpoint(old)["global_step"] == 5
+    assert AtomicCheckpointIO().load_checkpoint(old)["global_step"] == 5
+
+    lone = tmp_path / "lone" / "checkpoints"
+    lone.mkdir(parents=True)
+    (lone / "last.ckpt.sha256").write_text("0" * 64 + "  last.ckpt\n")
+    assert resume.resolve_checkpoint("last", lone.parent) is None
+    with pytest.raises(ConfigError, match=r"last\.ckpt is not a readable checkpoint \(truncated or damaged: "
+                                          r"torch\.load raised FileNotFoundError"):
+        load_checkpoint(lone / "last.ckpt")
 
 
 def test_a_resume_keeps_the_settings_of_the_run_it_continues(tmp_path):

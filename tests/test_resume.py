@@ -312,7 +312,7 @@ def test_mid_epoch_resume_is_exact(reference, case):
     first, second = root / f"mid-epoch-{case}.first.jsonl", root / f"mid-epoch-{case}.second.jsonl"
     ckpt = torch.load(run_dir / "checkpoints" / source, weights_only=False)
     assert ckpt["global_step"] == step
-    assert max(p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()) == \
+    assert max(p.stat().st_mtime_ns for p in (run_dir / "checkpoints").glob("*.ckpt")) == \
         (run_dir / "checkpoints" / source).stat().st_mtime_ns  # ckpt_path=last takes this one
     _train([*RUN, *STOPS[stop], *extra, f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
 
@@ -353,6 +353,7 @@ def test_mid_epoch_resume_from_an_old_checkpoint_replays_what_the_log_says(refer
     del checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]  # as the old code wrote it
     del checkpoint["attnbench"]["inside_step"]
     torch.save(checkpoint, path)
+    (run_dir / "checkpoints" / "interrupted.ckpt.sha256").unlink()  # nor did it write a SHA-256 sidecar
     second = tmp_path / "second.jsonl"
     _train([*RUN, *STOPS["max_epochs"], f"hydra.run.dir={run_dir}", "ckpt_path=last", *_record(second)], env)
 

@@ -39,6 +39,7 @@ def test_a_run_resumed_after_its_training_ended_keeps_its_rate_and_diagnostics(t
     assert state["peak_mem_bytes"] > 0
     state["peak_mem_bytes"] = 2**50
     torch.save(ckpt, ckpt_path)
+    ckpt_path.with_name(ckpt_path.name + ".sha256").unlink(missing_ok=True)  # edited: its SHA-256 sidecar is stale
     run_in_process(toy, killed, "trainer.max_epochs=1", "ckpt_path=last")
     before, after = _metrics(first), _metrics(killed)
     assert after["perf/peak_mem_bytes"] == 2**50

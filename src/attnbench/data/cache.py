@@ -1,10 +1,12 @@
 """The tokenized-data cache: one folder per key, written atomically.
 
 A cache folder ``<cache_root>/<name>-<key>/`` holds ``tokenizer.json``, one ``datasets`` folder per split
-(``train``, ``val``, ``test``: ``input_ids``, ``label``, ``row_id``) and ``meta.json``. The key hashes
-everything that changes the result (:func:`cache_key`); a folder is complete or absent (it is written under a
-temporary name and renamed). An entry that fails to read (a disk filled mid-copy, a file truncated or edited by
-hand) is logged in one line naming the damaged part, removed and built again (:func:`read_or_rebuild`).
+(``train``, ``val``, ``test``: ``input_ids``, ``label``, ``row_id``) and ``meta.json``, each file with its SHA-256
+sidecar ``<file>.sha256`` (:mod:`attnbench.digests`). The key hashes everything that changes the result
+(:func:`cache_key`); a folder is complete or absent (it is written under a temporary name and renamed). An entry
+that fails to read or differs from its sidecars (a disk filled mid-copy, a file truncated or edited by hand, a
+flipped byte that still parses) is logged in one line naming the damaged part, removed and built again
+(:func:`read_or_rebuild`). An entry without sidecars is read unchecked.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from attnbench.data.errors import DataConfigError
+from attnbench.digests import SUFFIX, mismatch, write_sidecar
 from attnbench.errors import whole_sentences, write_error
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,8 @@ def is_complete(folder: Path) -> bool:
 
 
 def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
-    """Run ``write(tmp)`` on a fresh temporary folder next to ``target``, then rename it to ``target``.
+    """Run ``write(tmp)`` on a fresh temporary folder next to ``target``, give every file it wrote its SHA-256
+    sidecar, then rename the folder to ``target``.
 
     When another process finished the same ``target`` first, its folder is kept and ours removed; on any
     error nothing is left behind.
@@ -51,6 +55,8 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         write(tmp)
+        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            write_sidecar(file)
         try:
             tmp.rename(target)  # atomic: a cache dir is complete or absent
         except OSError:
@@ -91,6 +97,17 @@ def reading(path: Path) -> Iterator[None]:
         raise CacheDamaged(path, err) from err
 
 
+def check_digests(entry: Path) -> None:
+    """Raise :class:`CacheDamaged` naming the first file of the cache ``entry`` whose bytes differ from its
+    ``<file>.sha256`` sidecar (:func:`attnbench.digests.mismatch`). Files without a sidecar pass unchecked; a
+    sidecar whose file is missing passes too (the reader names the missing file)."""
+    for side in sorted(entry.rglob("*" + SUFFIX)):
+        file = side.with_name(side.name[: -len(SUFFIX)])
+        why = mismatch(file)
+        if why is not None:
+            raise CacheDamaged(file, why)
+
+
 def discard(target: Path) -> None:
     """Remove the entry ``target``: renamed first into a fresh temporary folder beside it (atomic, so no reader
     ever sees it half deleted), then deleted. Gone already (another process discarded it): nothing to do."""
@@ -107,7 +124,8 @@ def read_or_rebuild(target: Path, read: Callable[[Path], T], build: Callable[[Pa
     """``(read(target), True)`` when the entry ``target`` exists and reads whole, else builds it and reads it:
     ``(read(target), False)``.
 
-    ``read`` raises :class:`CacheDamaged` (see :func:`reading`) for any part it cannot read; the entry is then
+    ``read`` raises :class:`CacheDamaged` (see :func:`reading`) for any part it cannot read, as does
+    :func:`check_digests`, before it, for a file that differs from its sidecar; the entry is then
     logged in one warning naming that part, discarded (:func:`discard`) and built again by ``build(target)``,
     which writes it atomically (:func:`write_atomically`). An entry that is present but incomplete (no
     ``meta.json``) counts as damaged.
@@ -118,6 +136,7 @@ def read_or_rebuild(target: Path, read: Callable[[Path], T], build: Callable[[Pa
     """
     if target.exists():
         try:
+            check_digests(target)
             return read(target), True
         except CacheDamaged as err:
             log.warning("Rebuilding the damaged data cache entry %s: %s", target.name, err)

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from attnbench.digests import remove_sidecar
 from attnbench.errors import OutputDirTaken
 
 log = logging.getLogger("attnbench")
@@ -204,4 +205,5 @@ def link_last_to_best(best: Path, last: Path) -> bool:
     tmp.unlink(missing_ok=True)
     os.symlink(os.path.relpath(best, last.parent), tmp)
     tmp.replace(last)  # atomic: last.ckpt is the old file or the link, never absent
+    remove_sidecar(last)  # the link is checked against best's sidecar (attnbench.digests.mismatch follows it)
     return True

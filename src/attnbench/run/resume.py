@@ -3,7 +3,8 @@ state, how it is written, and whether the resume continues exactly as the uninte
 
 - :func:`resolve_checkpoint` (``ckpt_path``) and :func:`checkpoint_extras` (a checkpoint read once, a damaged
   file named in one line);
-- :class:`AtomicCheckpointIO`: every checkpoint is written to a temporary file in its own folder, then renamed;
+- :class:`AtomicCheckpointIO`: every checkpoint is written to a temporary file in its own folder, then renamed,
+  with a SHA-256 sidecar checked on every load;
 - :class:`ResumeState`: the RNG states, the W&B run id and the last metrics in every checkpoint; on resume the
   training loader is put at the checkpoint's place in the epoch, and ``metrics.json`` ``resume`` says whether the
   run continued exactly (checked on the first batch the loader delivers), and if not, why;
@@ -34,6 +35,7 @@ from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from attnbench.digests import mismatch, remove_sidecar, sha256_of, sidecar, write_sidecar
 from attnbench.errors import ConfigError, NonFiniteLossError, whole_sentences, write_error
 from attnbench.paths import user_path
 
@@ -78,17 +80,35 @@ def resolve_checkpoint(ckpt_path: str | None, output_dir: Path) -> str | None:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """``torch.load`` of a checkpoint file (memory-mapped, on the CPU).
+    """``torch.load`` of a checkpoint file (memory-mapped, on the CPU), checked first against its SHA-256 sidecar
+    (:func:`check_digest`).
 
     Raises:
         ConfigError: the file is not a readable checkpoint (truncated, damaged, not a checkpoint), naming it.
     """
+    check_digest(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, EOFError, UnpicklingError, ...
-        raise ConfigError(f"{path} is not a readable checkpoint (truncated or damaged: torch.load raised "
-                          f"{whole_sentences(err, 100)}); resume from "
-                          f"another .ckpt file of {Path(path).parent} (ckpt_path=<file>), or start afresh.") from None
+        raise damaged(path, f"torch.load raised {whole_sentences(err, 100)}") from None
+
+
+def damaged(path: str | os.PathLike, why: str) -> ConfigError:
+    """The one-line error for the damaged checkpoint ``path``: ``why`` and what to do instead."""
+    return ConfigError(f"{path} is not a readable checkpoint (truncated or damaged: {why}); resume from another "
+                       f".ckpt file of {Path(path).parent} (ckpt_path=<file>), or start afresh.")
+
+
+def check_digest(path: str | os.PathLike) -> None:
+    """Refuse a checkpoint whose bytes differ from its ``<file>.sha256`` sidecar (:func:`attnbench.digests.mismatch`:
+    a flipped byte that ``torch.load`` would read silently). A checkpoint without a sidecar passes unchecked.
+
+    Raises:
+        ConfigError: naming the file and its sidecar; deleting the sidecar loads the file unchecked.
+    """
+    why = mismatch(path)
+    if why is not None:
+        raise damaged(path, f"{why}; delete that file to load it unchecked")
 
 
 def checkpoint_extras(path: str) -> dict[str, Any]:
@@ -120,12 +140,20 @@ def check_checkpoint_fits(path: str, module: torch.nn.Module) -> None:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``torch.save`` of a checkpoint, into ``.<name>.tmp`` in the checkpoint's own folder, then
-    ``os.replace``: a kill or a full disk during the write leaves the previous file whole and no partial one
-    under the final name (the temporary file is removed when the write fails).
+    """Lightning's checkpoint I/O with whole files and SHA-256 sidecars (:mod:`attnbench.digests`).
+
+    - save: ``torch.save`` into ``.<name>.tmp`` in the checkpoint's own folder, then ``os.replace``: a kill or a
+      full disk during the write leaves the previous file whole and no partial one under the final name (the
+      temporary file is removed when the write fails); then ``<name>.sha256``. The old sidecar is removed before
+      the rename, so a kill between the two leaves a checkpoint without a sidecar (read unchecked), never one
+      with a stale digest;
+    - load (``trainer.fit``/``trainer.test`` with ``ckpt_path``): :func:`check_digest` first;
+    - remove (``ModelCheckpoint`` dropping a superseded file): the sidecar too.
 
     Raises:
-        OSError: the write failed (a full disk, no permission), with ``filename`` the checkpoint's final path.
+        OSError: the write failed (a full disk, no permission), with ``filename`` the checkpoint's final path (or
+            its sidecar's).
+        ConfigError: a load of a checkpoint that differs from its sidecar.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
@@ -135,6 +163,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as file:  # through Python's file: a full disk is OSError(ENOSPC), not the
                 torch.save(checkpoint, file)  # RuntimeErrors of torch's own stream writer
+            digest = sha256_of(tmp)
+            remove_sidecar(path)
             os.replace(tmp, path)
         except BaseException as err:
             with contextlib.suppress(OSError):
@@ -143,6 +173,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if isinstance(cause, OSError) and cause.errno is not None and cause.filename in (None, str(tmp)):
                 raise OSError(cause.errno, cause.strerror, str(path)) from err  # the file, not its temporary name
             raise
+        write_sidecar(path, digest)
+
+    def load_checkpoint(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        check_digest(path)
+        return super().load_checkpoint(path, *args, **kwargs)
+
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        super().remove_checkpoint(path)
+        remove_sidecar(path)
 
 
 def collect_rng_states() -> dict[str, Any]:
@@ -181,8 +220,9 @@ def carry_checkpoint_states(trainer: pl.Trainer, checkpoint: dict[str, Any],
     Lightning's ``ModelCheckpoint.load_state_dict`` keeps the best score and the top-k files only when the
     checkpoint's ``dirpath`` equals the callback's. For each checkpoint callback whose saved ``dirpath`` differs,
     the files its state names (``best_k_models``, ``best_model_path``, ``kth_best_model_path``; looked for next to
-    ``source`` too, for a moved run dir) are copied into the callback's ``dirpath`` (global rank 0 only) and the
-    saved state (``checkpoint["callbacks"]``, changed in place) names the copies; ``last_model_path`` is cleared.
+    ``source`` too, for a moved run dir) are copied with their sidecars into the callback's ``dirpath`` (global rank
+    0 only) and the saved state (``checkpoint["callbacks"]``, changed in place) names the copies;
+    ``last_model_path`` is cleared.
     Without the best file, its score is dropped as well.
 
     Returns:
@@ -213,7 +253,10 @@ def carry_checkpoint_states(trainer: pl.Trainer, checkpoint: dict[str, Any],
                 continue
             if trainer.is_global_zero and not (target.exists() and os.path.samefile(found, target)):
                 target.parent.mkdir(parents=True, exist_ok=True)
+                remove_sidecar(target)
                 shutil.copy2(found, target)
+                if sidecar(found).is_file():  # its digest goes with it: the copy is checked when it is loaded
+                    shutil.copy2(sidecar(found), sidecar(target))
             mapping[old] = str(target)
         best = state.get("best_model_path") or ""
         if best and best not in mapping:

@@ -167,7 +167,14 @@ def best_checkpoint(run_dir: Path, metrics: dict[str, Any] | None = None) -> Pat
 
 
 def load_model(checkpoint: Path) -> nn.Module:
-    """The trained module of a checkpoint, on CPU, in eval mode (its hyperparameters rebuild the model)."""
+    """The trained module of a checkpoint, on CPU, in eval mode (its hyperparameters rebuild the model).
+
+    Raises:
+        ConfigError: the checkpoint differs from its SHA-256 sidecar (:func:`attnbench.run.resume.check_digest`).
+    """
+    from attnbench.run.resume import check_digest
+
+    check_digest(checkpoint)
     module = module_class().load_from_checkpoint(str(checkpoint), map_location="cpu", weights_only=False)
     return module.eval()
 

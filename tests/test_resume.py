@@ -599,3 +599,30 @@ def test_a_resume_that_ends_off_the_uninterrupted_runs_last_step_is_not_exact(en
     assert state.replay["exact"] is exact
     if not exact:
         assert state.replay["reason"] == "the resumed run ended at step 26, the uninterrupted run ends at step 33"
+
+
+def test_a_carried_best_checkpoint_is_copied_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The best checkpoint a resume copies into its new checkpoints/ (and its digest) is written through a temporary
+    file in that folder and ``os.replace``: a copy that fails half-way (a full disk, a kill) leaves the target as
+    it was and no temporary file, never a truncated checkpoint under the final name."""
+    import errno
+    import shutil
+
+    from attnbench.run import outputs
+
+    source, target = tmp_path / "best.ckpt", tmp_path / "new" / "best.ckpt"
+    source.write_bytes(b"x" * 1000)
+    target.parent.mkdir()
+    target.write_bytes(b"previous")
+
+    def half_copy(src, dst, **_):
+        Path(dst).write_bytes(Path(src).read_bytes()[:300])
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(shutil, "copy2", half_copy)
+    with pytest.raises(OSError):
+        outputs.copy_file(source, target)
+    assert target.read_bytes() == b"previous" and sorted(p.name for p in target.parent.iterdir()) == ["best.ckpt"]
+    monkeypatch.undo()
+    outputs.copy_file(source, target)
+    assert target.read_bytes() == b"x" * 1000 and sorted(p.name for p in target.parent.iterdir()) == ["best.ckpt"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,18 @@ def write_text(path: Path, text: str) -> None:
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """Copy ``source`` to ``target`` with its metadata, atomically (:func:`write_text`'s temporary file and
+    ``os.replace``): ``target`` is the whole copy or as it was."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        shutil.copy2(source, tmp)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -23,7 +23,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from attnbench.digests import mismatch, remove_sidecar, sha256_of, sidecar, write_sidecar
 from attnbench.errors import ConfigError, NonFiniteLossError, whole_sentences, write_error
 from attnbench.paths import user_path
+from attnbench.run.outputs import copy_file
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +254,9 @@ def carry_checkpoint_states(trainer: pl.Trainer, checkpoint: dict[str, Any],
             if trainer.is_global_zero and not (target.exists() and os.path.samefile(found, target)):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 remove_sidecar(target)
-                shutil.copy2(found, target)
+                copy_file(found, target)
                 if sidecar(found).is_file():  # its digest goes with it: the copy is checked when it is loaded
-                    shutil.copy2(sidecar(found), sidecar(target))
+                    copy_file(sidecar(found), sidecar(target))
             mapping[old] = str(target)
         best = state.get("best_model_path") or ""
         if best and best not in mapping:

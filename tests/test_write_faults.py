@@ -127,3 +127,31 @@ def test_the_csv_log_keeps_its_last_whole_version_when_the_disk_fills(small_disk
     logger.save()  # the rows not written are kept and written once there is room
     assert (disk / "csv" / "metrics.csv").read_text().splitlines() == [
         "step,train/loss,val/acc", "1,0.5,", "2,0.4,0.75"]
+
+
+def test_atomic_target_writes_whole_files_or_leaves_the_old_one(tmp_path):
+    """Every result file (reports, figures, manifests, metrics) goes through ``atomic_target``: the writer fills a
+    hidden temporary file with the same suffix (so matplotlib still picks PNG), which replaces the target only when
+    the write finished; a writer that fails leaves the previous file and no temporary one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnbench.paths import atomic_target, write_text_atomically
+
+    figure = tmp_path / "capacity.png"
+    fig, _ = plt.subplots()
+    with atomic_target(figure) as tmp:
+        assert tmp.parent == tmp_path and tmp.suffix == ".png" and tmp.name.startswith(".")
+        fig.savefig(tmp)
+    plt.close(fig)
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = tmp_path / "report.csv"
+    write_text_atomically(report, "a,b\n1,2\n")
+    with pytest.raises(OSError):
+        with atomic_target(report) as tmp:
+            tmp.write_text("a,b\n1,")  # half a file, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert report.read_text() == "a,b\n1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["capacity.png", "report.csv"]

@@ -86,6 +86,7 @@ from attnbench.analysis.stats import (  # noqa: F401  (re-exported: report.mean_
 
 from attnbench.analysis.capacity import LOAD, THRESHOLD, capacity_figure, render_capacity, with_head_dim
 from attnbench.analysis.tables import md_table
+from attnbench.paths import atomic_target, write_text_atomically
 
 # Hydra keys that never define a variant
 IGNORED_KEYS = {"hydra.sweep.dir", "hydra.run.dir", "hydra.mode"}
@@ -1112,7 +1113,8 @@ def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dic
     """Write :func:`figures` as PNGs into ``out``; returns their file names (``notes``: see :func:`figures`)."""
     written = []
     for name, fig in figures(table, variant_keys, fixed, baseline, notes).items():
-        fig.savefig(out / name, dpi=120)
+        with atomic_target(out / name) as tmp:
+            fig.savefig(tmp, dpi=120)
         written.append(name)
     return written
 
@@ -1241,18 +1243,17 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
             lines += [f"- {note}" for note in notes]
             lines += [f"![{f}]({f})" for f in figures]
     markdown = "\n".join(lines).rstrip() + "\n"
-    (out / "report.md").write_text(markdown)
+    write_text_atomically(out / "report.md", markdown)
     keep = [c for c in jobs.columns if not c.startswith("_")]
-    jobs[keep].to_csv(out / "jobs.csv", index=False)
-    table.to_csv(out / "report.csv", index=False)
+    _write_csv(jobs[keep], out / "jobs.csv")
+    _write_csv(table, out / "report.csv")
     return markdown
 
 
 def _write_csv(table: pd.DataFrame, path: Path) -> None:
     """``table`` as CSV at ``path``, written atomically (a temporary file beside it, then renamed)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(path)
+    with atomic_target(path) as tmp:
+        table.to_csv(tmp, index=False)
 
 
 def main(argv: list[str] | None = None) -> int:

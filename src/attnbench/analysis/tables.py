@@ -65,6 +65,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from attnbench.experiments.registry import BASELINE
+from attnbench.paths import write_text_atomically
 
 #: the repository whose pages are regenerated (``--root``): the current directory unless given
 REPO_ROOT = Path(".")
@@ -1374,9 +1375,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path),
                                                        f"{path} (generated)"))
         else:
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(new, encoding="utf-8")
-            tmp.replace(path)  # never half-written
+            write_text_atomically(path, new)
             print(f"rewrote {path.relative_to(args.root)}")
     for table, why in NOT_GENERATED.items():
         print(f"{table}: {why}", file=sys.stderr)

@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.paths import write_text_atomically
+
 WORKSPACE_FILE = "wandb_workspace.json"
 JOB_COLUMNS = ("job", "status", "attention", "seed", "test/acc", "val/acc_best", "train/tokens_per_sec",
                "test/tokens_per_sec", "perf/peak_mem_bytes", "error")
@@ -110,7 +112,7 @@ def log_summary_run(out: Path, jobs: pd.DataFrame, swept: list[str], fixed: dict
     layers = sorted({int(c.split("/")[1][5:]) for c in jobs.columns
                      if c.startswith("diag/layer") and c.split("/")[1][5:].isdigit()})
     spec = workspace_spec(target, swept, fixed, (max(layers) + 1) if layers else 0)
-    (out / WORKSPACE_FILE).write_text(json.dumps(spec, indent=2))
+    write_text_atomically(out / WORKSPACE_FILE, json.dumps(spec, indent=2))
     run = wandb.init(
         project=target["project"], entity=target["entity"], group=target["group"], job_type="report",
         name=f"report-{target['group'] or Path(source.split(',')[0]).name}", dir=str(out), mode=target["mode"],

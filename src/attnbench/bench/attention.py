@@ -53,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnbench.attention import ScoreFunction, available, build_score_function
 from attnbench.experiments import code_commit
-from attnbench.run.outputs import write_text
+from attnbench.paths import atomic_target, write_text_atomically
 from attnbench.run.loggers import resolve_wandb_mode, start_wandb
 
 BASELINE_SCORE = "sdpa_scaled_dot"
@@ -885,7 +885,8 @@ def plot_results(rows: list[dict[str, Any]], cfg: BenchConfig) -> list[Path]:
             fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.85, 0.5), fontsize=8)
         fig.tight_layout(rect=(0, 0, 0.85, 1))
         target = cfg.out / filename
-        fig.savefig(target, dpi=110)
+        with atomic_target(target) as tmp:
+            fig.savefig(tmp, dpi=110)
         plt.close(fig)
         paths.append(target)
     return paths
@@ -901,8 +902,8 @@ def write_results(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path,
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_COLUMNS})
-    write_text(csv_path, buffer.getvalue())
-    write_text(json_path, json.dumps({"meta": meta, "rows": rows, "exponents": exponents or []}, indent=2))
+    write_text_atomically(csv_path, buffer.getvalue())
+    write_text_atomically(json_path, json.dumps({"meta": meta, "rows": rows, "exponents": exponents or []}, indent=2))
     return csv_path, json_path
 
 

@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnbench.paths import write_text_atomically
+
 #: the folder that holds the ``attnbench`` package (``src/`` of a checkout, or site-packages): on the parts'
 #: ``PYTHONPATH``, so that a GPU machine without attnbench installed runs this copy
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -307,9 +309,9 @@ def main(argv: list[str] | None = None) -> int:
             record["parts"][part.name] = result = run_part(part, env, log, left)
             print(f"{part.name}: {result['status']} in {result['wall_s']} s", flush=True)
             collect(args, record)
-            (args.out / "gpu_check.json").write_text(json.dumps(record, indent=2))  # after every part
+            write_text_atomically(args.out / "gpu_check.json", json.dumps(record, indent=2))  # after every part
     record["total_s"] = round(sum(r["wall_s"] for r in record["parts"].values()), 1)
-    (args.out / "gpu_check.json").write_text(json.dumps(record, indent=2))
+    write_text_atomically(args.out / "gpu_check.json", json.dumps(record, indent=2))
     failed = [name for name, r in record["parts"].items() if r["status"] != "ok"]
     print(f"GPU check done in {_human(record['total_s'])}; " + (f"failed: {', '.join(failed)}" if failed else
                                                                  "every part succeeded"), flush=True)

@@ -247,14 +247,14 @@ def write_json(args: argparse.Namespace, result: dict) -> None:
     import platform
     import sys
 
-    from attnbench.run.outputs import write_text
+    from attnbench.paths import write_text_atomically
 
     meta = {"command": " ".join(["attnbench bench train", *sys.argv[1:]]), "commit": code_commit(),
             "created": dt.datetime.now().isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
             "torch": torch.__version__, "machine": platform.machine(), "processor": cpu_model(),
             "cpu_count": os.cpu_count(), "unit": "train tokens/s (non-padding tokens per second of wall time)"}
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.json, json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
+    write_text_atomically(args.json, json.dumps({"meta": meta, "result": result}, indent=1, default=float) + "\n")
 
 
 def _dispatch(args: argparse.Namespace) -> dict:

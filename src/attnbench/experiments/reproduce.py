@@ -78,6 +78,7 @@ from pathlib import Path
 from attnbench.experiments import code_commit
 from attnbench.experiments.registry import (BASELINE, ESTIMATED_AS, REUSES, STAGES, TRAIN_STAGES, TRAINING_KEYS,
                                             TUNE_METRIC, TUNED_BY, sweep_grids, sweep_params)
+from attnbench.paths import write_text_atomically
 
 #: the folder the command works in (``--root``, default: the current directory): the jobs run there, the default
 #: ``--out`` is ``results/<device>`` under it, and ``--publish``, ``--from-published``, ``--save-progress`` and
@@ -275,9 +276,7 @@ def write_chosen_lr(stage: str, jobs: list[Job], out: Path) -> Path | None:
     if not any(j.status() == "done" for j in mine):
         return None
     path = out / stage / CHOSEN_LR
-    tmp = path.with_name(f".{CHOSEN_LR}.tmp")
-    tmp.write_text(json.dumps(chosen_lr(mine, OptimConfig.lr), indent=1) + "\n")
-    tmp.replace(path)
+    write_text_atomically(path, json.dumps(chosen_lr(mine, OptimConfig.lr), indent=1) + "\n")
     return path
 
 
@@ -535,9 +534,7 @@ def lock_results_dir(out: Path):
 
 def save_manifest(out: Path, manifest: dict) -> None:
     path = out / "manifest.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    tmp.replace(path)  # never half-written
+    write_text_atomically(path, json.dumps(manifest, indent=1, sort_keys=True))
 
 
 def estimates(device: str, out: Path, manifest: dict) -> dict[str, float]:
@@ -996,7 +993,7 @@ def save_progress(stages: list[str], out: Path, device: str, manifest: dict) -> 
             saved.append(key)
     if saved:
         kept["jobs"] = dict(sorted(kept["jobs"].items()))
-        (progress / "manifest.json").write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+        write_text_atomically(progress / "manifest.json", json.dumps(kept, indent=1, sort_keys=True) + "\n")
     return saved
 
 
@@ -1122,7 +1119,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                 kept = json.loads(progress_manifest.read_text())
                 published_keys = {f"{stage}/{run_dir.name}" for run_dir in reported}
                 kept["jobs"] = {k: v for k, v in kept.get("jobs", {}).items() if k not in published_keys}
-                progress_manifest.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+                write_text_atomically(progress_manifest, json.dumps(kept, indent=1, sort_keys=True) + "\n")
             for run_dir in reported:
                 if not copy_run_record(run_dir, records / run_dir.name):
                     raise PublishError(f"{run_dir} holds none of a run's record files ({', '.join(RUN_RECORD_FILES)})"
@@ -1152,13 +1149,13 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
                                "attnbench reproduce (--grid) or move them out of the stage's folder")
         manifest_path = pub / "manifest.json"
         old_manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"jobs": {}}
-        manifest_path.write_text(json.dumps(merged_manifest(old_manifest, current, published),
-                                            indent=1, sort_keys=True))
+        write_text_atomically(manifest_path, json.dumps(merged_manifest(old_manifest, current, published),
+                                                         indent=1, sort_keys=True))
         from attnbench.analysis import tables
 
         for md in tables.markdown_files(stage_root):
             try:
-                md.write_text(tables.regenerate(md.read_text(encoding="utf-8"), stage_root), encoding="utf-8")
+                write_text_atomically(md, tables.regenerate(md.read_text(encoding="utf-8"), stage_root))
             except (ValueError, KeyError) as err:
                 raise PublishError(f"{md.relative_to(stage_root)}: a generated table does not render: {err}") from None
         stale_prose = {str(md.relative_to(stage_root)): numbers for md in tables.markdown_files(stage_root)
@@ -1341,9 +1338,9 @@ def _main(argv: list[str] | None = None) -> int:
         own = {k: v for k, v in measured_seconds(manifest).items() if " --set " not in k}  # the stages' budgets
         seconds = {**old.get("seconds", {}), **own}
         estimated = {k: v for k, v in old.get("estimated", {}).items() if k not in seconds}
-        path.write_text(json.dumps({**old, "machine": os.uname().nodename, "commit": commit,
-                                    "seconds": dict(sorted(seconds.items())), "estimated": estimated},
-                                   indent=1) + "\n")
+        write_text_atomically(path, json.dumps({**old, "machine": os.uname().nodename, "commit": commit,
+                                                "seconds": dict(sorted(seconds.items())), "estimated": estimated},
+                                               indent=1) + "\n")
         print(f"wrote {path}")
     if args.dry_run or args.write_estimates:
         return 0

@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from attnbench.errors import AttnbenchError, ConfigError, OutputDirTaken
+from attnbench.paths import write_text_atomically
 
 log = logging.getLogger("attnbench")
 
@@ -485,7 +486,6 @@ def settle_sweep() -> list[dict[str, Any]] | None:
     """
     import shutil
 
-    from attnbench.run.outputs import write_text
 
     staged, sweep_dir = _SWEEP.get("staged"), _SWEEP.get("dir")
     if staged is None:
@@ -500,7 +500,7 @@ def settle_sweep() -> list[dict[str, Any]] | None:
             if multirun.is_file():
                 cfg = OmegaConf.load(multirun)
                 cfg.hydra.sweep.dir = str(sweep_dir)
-                write_text(multirun, OmegaConf.to_yaml(cfg))
+                write_text_atomically(multirun, OmegaConf.to_yaml(cfg))
             for path in sorted(p for p in staged.rglob("*") if p.is_file()):
                 target = sweep_dir / path.relative_to(staged)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -572,9 +572,7 @@ class SweepReport(HydraCallback):
         folder = Path(str(held_records)) if held_records else Path(str(hydra_cfg.sweep.dir)) / SWEEP_JOBS_DIR
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f"{record['num']}.json.tmp"
-            tmp.write_text(json.dumps(record, indent=2))
-            tmp.replace(folder / f"{record['num']}.json")
+            write_text_atomically(folder / f"{record['num']}.json", json.dumps(record, indent=2))
         except OSError as err:
             log.warning("Could not record the job's status in %s: %s", folder, err)
 

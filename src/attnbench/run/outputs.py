@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from attnbench.digests import remove_sidecar
 from attnbench.errors import OutputDirTaken
+from attnbench.paths import atomic_target, write_text_atomically
 
 log = logging.getLogger("attnbench")
 
@@ -69,7 +70,7 @@ def release_writes(cfg: DictConfig) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
                            ("overrides.yaml", OmegaConf.create(list(HydraConfig.get().overrides.task)))):
-            write_text(folder / name, OmegaConf.to_yaml(node))
+            write_text_atomically(folder / name, OmegaConf.to_yaml(node))
     handlers = _HELD["handlers"]
     _HELD.update(dir=None, hydra_subdir=None, handlers=[])
     for handler in handlers:
@@ -129,33 +130,17 @@ def job_output_dir(cfg: DictConfig) -> Path:
     return Path(cfg.get("output_dir") or "outputs/adhoc").resolve()
 
 
-def write_text(path: Path, text: str) -> None:
-    """``text`` at ``path``, atomically (a temporary file in the same folder, then ``os.replace``): the file is
-    complete or as it was; the temporary file is removed when the write fails (a full disk)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def copy_file(source: Path, target: Path) -> None:
-    """Copy ``source`` to ``target`` with its metadata, atomically (:func:`write_text`'s temporary file and
-    ``os.replace``): ``target`` is the whole copy or as it was."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
+    """Copy ``source`` to ``target`` with its metadata, atomically (:func:`attnbench.paths.atomic_target`):
+    ``target`` is the whole copy or as it was."""
+    with atomic_target(target) as tmp:
         shutil.copy2(source, tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """``data`` as indented, key-sorted JSON at ``path``, atomically (:func:`write_text`)."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True))
+    """``data`` as indented, key-sorted JSON at ``path``, atomically
+    (:func:`attnbench.paths.write_text_atomically`)."""
+    write_text_atomically(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def finished_run(output_dir: Path) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from attnbench.attention.multihead import attention_intermediates, attention_layers
+from attnbench.paths import atomic_target
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +289,7 @@ def report_figures(jobs, swept: list[str], out: Path, fixed: dict[str, str] | No
                      f"{text[:120]}\nfixed: {headline(fixed or {})}")
             fig = draw([(label, maps[s][0], maps[s][1]) for label, maps in rows], title)
             name = "attention_maps" + (f"_{_slug(setting)}" if setting else "") + f"_s{s + 1}.png"
-            fig.savefig(out / name, dpi=90)
+            with atomic_target(out / name) as tmp:
+                fig.savefig(tmp, dpi=90)
             files.append(name)
     return files, notes

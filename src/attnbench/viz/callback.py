@@ -46,7 +46,7 @@ class AttentionMapLogger(pl.Callback):
 
     def draw(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Path:
         """Compute and write the maps; returns the PNG's path. Raises whatever fails (the hook catches it)."""
-        from attnbench.run.outputs import write_text
+        from attnbench.paths import atomic_target, write_text_atomically
         from attnbench.viz.attention_maps import PROBE_FILE, datamodule_probe, draw, sentence_maps
 
         datamodule = trainer.datamodule
@@ -62,11 +62,12 @@ class AttentionMapLogger(pl.Callback):
         title = f"{name}: attention weights on {len(sentences)} test sentences (rows: queries, columns: keys)"
         fig = draw([(f"sentence {i + 1}", w, t) for i, (w, t) in enumerate(maps)], title)
         path = run_dir / self.filename
-        fig.savefig(path, dpi=90)
+        with atomic_target(path) as tmp:
+            fig.savefig(tmp, dpi=90)
         record = {"attention": name, "sentences": sentences,
                   "weights": [[[[[round(float(v), 4) for v in row] for row in head] for head in layer] for layer in w]
                               for w, _ in maps]}
-        write_text(run_dir / PROBE_FILE, json.dumps(record))
+        write_text_atomically(run_dir / PROBE_FILE, json.dumps(record))
         return path
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -82,6 +82,20 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file. Use the path printed"),
     ("optim.betas=[0.9]", "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got [0.9]"),
     ("optim.warmup_ratio=1.5", "optim.warmup_ratio must be a number in [0, 1], got 1.5"),
+    # trainer values Lightning takes and then divides by (a ZeroDivisionError mid-fit) or silently reinterprets
+    ("trainer.val_check_interval=0", "trainer.val_check_interval must be a fraction in (0, 1] of an epoch, a number "
+                                     "of training batches >= 1, or a time 'DD:HH:MM:SS', got 0"),
+    ("trainer.val_check_interval=0.0", "trainer.val_check_interval must be a fraction in (0, 1] of an epoch"),
+    ("trainer.check_val_every_n_epoch=0", "trainer.check_val_every_n_epoch must be an integer >= 1, or null"),
+    ("trainer.limit_train_batches=0", "trainer.limit_train_batches must be null, a fraction in (0, 1] or a number of "
+                                      "batches >= 1, got 0 (0 would test an untrained model)"),
+    ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be null, 0 (no clipping) or a number > 0, got -1"),
+    ("+trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches must be an integer >= 1, got 0"),
+    ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps must be an integer >= 1, or 0 for no per-step"),
+    ("trainer.num_sanity_val_steps=-2", "trainer.num_sanity_val_steps must be an integer >= 0, or -1 for the whole"),
+    ("trainer.max_epochs=-2", "trainer.max_epochs must be an integer >= 1, or -1 for no limit, got -2"),
+    # refused by Lightning's own Trainer constructor, built by the check
+    ("trainer.limit_val_batches=-1", "invalid trainer config: You have passed invalid value -1 for limit_val_batches"),
 ])
 def test_bad_values_are_refused_before_any_data_work(override, message):
     with pytest.raises(ConfigError) as err:

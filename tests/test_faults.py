@@ -228,11 +228,70 @@ def test_out_of_memory_names_the_knobs(toy, tmp_path, monkeypatch, error):
 
 
 def test_a_monitor_key_that_is_never_logged_is_a_config_error(toy, tmp_path):
+    """Lightning finds an unlogged `monitor` at the first validation (after training, or on a resume before the first
+    new step, when the run's dir has been written to): the config check refuses it before the output dir exists."""
     with pytest.raises(ConfigError) as err:
         run_in_process(toy, tmp_path / "run", "trainer.max_steps=4", "trainer.val_check_interval=2",
                        "callbacks.model_checkpoint.monitor=val/accc")
-    assert str(err.value).startswith("invalid trainer or callbacks config: `ModelCheckpoint(monitor='val/accc')` "
-                                     "could not find the monitored key in the returned metrics: ['train/loss', ")
+    assert str(err.value) == ("callbacks.model_checkpoint.monitor=val/accc: the run never logs that metric; monitor one "
+                              "of train/loss, train/acc, val/loss, val/acc, val/f1_macro, val/acc_best, epoch, step.")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_declared_metric_names_are_those_the_module_logs(toy, tmp_path, monkeypatch):
+    """TextClassifierModule.LOGGED_METRICS (what `check_monitors` accepts) is every name the module logs in a fit and
+    a test, and no other."""
+    logged = set()
+    log, log_dict = TextClassifierModule.log, TextClassifierModule.log_dict
+
+    def spy_log(self, name, *args, **kwargs):
+        logged.add(name)
+        return log(self, name, *args, **kwargs)
+
+    def spy_log_dict(self, dictionary, *args, **kwargs):
+        logged.update(dictionary)
+        return log_dict(self, dictionary, *args, **kwargs)
+
+    monkeypatch.setattr(TextClassifierModule, "log", spy_log)
+    monkeypatch.setattr(TextClassifierModule, "log_dict", spy_log_dict)
+    run_in_process(toy, tmp_path / "run", "trainer.max_steps=2", "trainer.val_check_interval=2", "callbacks=none")
+    assert logged == set(TextClassifierModule.LOGGED_METRICS)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("callbacks.model_checkpoint.mode=sideways",
+     "invalid callbacks config: callbacks.model_checkpoint: `mode` can be min, max but got sideways"),
+    ("+callbacks.bogus._target_=nope.Nope", "invalid callbacks config: callbacks.bogus._target_ cannot be imported "
+                                            "(Error loading 'nope.Nope': ModuleNotFoundError(\"No module named 'nope'\")"),
+    ("+callbacks.model_checkpoint.every=3",
+     "invalid callbacks config: callbacks.model_checkpoint: got an unexpected keyword argument 'every'"),
+    ("callbacks.model_checkpoint.save_top_k=-2",
+     "invalid callbacks config: callbacks.model_checkpoint: Invalid value for save_top_k=-2. Must be >= -1"),
+    ("callbacks.learning_rate_monitor.logging_interval=hour",
+     "invalid callbacks config: callbacks.learning_rate_monitor: logging_interval should be `step` or `epoch`"),
+    ("callbacks.model_checkpoint.monitor=val/nope", "callbacks.model_checkpoint.monitor=val/nope: the run never logs "
+                                                   "that metric; monitor one of train/loss, train/acc, val/loss,"),
+    ("callbacks.model_checkpoint.monitor=test/acc", "callbacks.model_checkpoint.monitor=test/acc: the run logs that "
+                                                   "metric only while testing, after the fit; monitor one of"),
+    ("+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,monitor:val/accc}",
+     "callbacks.stop.monitor=val/accc: the run never logs that metric"),
+    ("+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping}",
+     "invalid callbacks config: callbacks.stop: missing a required argument: 'monitor'"),
+    ("+trainer.enable_checkpointing=false", "invalid trainer config: Trainer was configured with "
+                                            "`enable_checkpointing=False` but found `ModelCheckpoint` in callbacks"),
+])
+def test_callbacks_are_built_and_checked_before_any_data_work(override, message):
+    """The config check builds the callbacks (their constructors' checks, and each `monitor` against
+    TextClassifierModule.LOGGED_METRICS) and the trainer with them: one ConfigError naming the key, before any data,
+    model or output-dir work (these used to pass the check and fail mid-run, or as a raw traceback)."""
+    with pytest.raises(ConfigError) as err:
+        check_config(compose_cfg(["model=tiny", override]))
+    assert str(err.value).startswith(message)
+
+
+def test_an_early_stopping_that_may_miss_its_metric_passes_the_check():
+    check_config(compose_cfg(["model=tiny", "+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,"
+                                            "monitor:val/accc,strict:false}"]))
 
 
 def test_checkpoint_write_failure_names_the_path_and_keeps_the_metrics(toy, tmp_path):

@@ -94,10 +94,25 @@ def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
     and the config leaves it unset (absent or null). Any Lightning logger or callback, or one of the user's,
     gets them the same way. The target is called with them outside Hydra (``_partial_``), so a value such as
     the run config (which holds ``_target_`` keys) is passed as it is, never instantiated.
+
+    Raises:
+        ConfigError: an argument the target does not take or a missing one (``<what>: <Python's message>``), a
+            value its constructor refuses (:func:`from_instantiation`).
     """
     factory = build(node, what, _partial_=True)  # the config's arguments; the context's are not config
-    params = inspect.signature(factory.func).parameters
-    return factory(**{k: v for k, v in context.items() if k in params and factory.keywords.get(k) is None})
+    signature = inspect.signature(factory.func)
+    context = {k: v for k, v in context.items() if k in signature.parameters and factory.keywords.get(k) is None}
+    try:  # an argument the constructor does not take, or one it needs that is missing: the config's mistake
+        signature.bind(*factory.args, **{**factory.keywords, **context})
+    except TypeError as err:
+        raise ConfigError(f"invalid {what.split('.')[0]} config: {what}: {err}") from None
+    try:
+        return factory(**context)
+    except Exception as err:
+        shown = from_instantiation(err, what)
+        if shown is err:  # a bug in the constructor: its own traceback
+            raise
+        raise shown from None
 
 
 def multirun_group(cfg: DictConfig) -> str | None:
@@ -139,7 +154,9 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
     """Fail in seconds, before any data work and before anything is written, if the config cannot work.
 
     The range checks of :func:`attnbench.config.check_run_config`, then the model built once with a 2-token
-    vocabulary (cheap: its own checks, and the score function's), then the trainer (:func:`check_trainer`).
+    vocabulary (cheap: its own checks, and the score function's), the callbacks (their constructors' checks, and
+    each ``monitor`` against the metrics the module logs: :func:`check_monitors`), then the trainer with them
+    (:func:`check_trainer`). The callbacks and the trainer are dropped: nothing is written.
 
     Raises:
         ConfigError: with the offending key and value.
@@ -155,14 +172,36 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
         if isinstance(cause, ValueError | KeyError):
             raise ConfigError(f"invalid config: {cause.args[0] if cause.args else repr(cause)}") from None
         raise_own_error(err)
-    check_trainer(cfg)
+    callbacks = configured_callbacks(cfg, job_output_dir(cfg))
+    check_monitors(callbacks)
+    check_trainer(cfg, list(callbacks.values()))
 
 
-def check_trainer(cfg: DictConfig) -> None:
-    """``cfg.trainer`` built once with the run's checkpoint plugin and no logger, callback or checkpointing, and
-    dropped: Lightning's own checks of the accelerator, devices, strategy and precision (``trainer=gpu`` on a
-    machine without a GPU, ``trainer.devices=0``, an unknown precision) run here, before any data work and before
-    a logger or checkpoint dir exists. Lightning's start-up lines and warnings are left to the real build.
+def check_monitors(callbacks: dict[str, pl.Callback]) -> None:
+    """Each callback's ``monitor`` (``ModelCheckpoint``, ``EarlyStopping``) names a metric the fit logs: one of
+    :data:`attnbench.models.module.TextClassifierModule.LOGGED_METRICS` other than ``test/*``, or ``epoch``/``step``
+    (Lightning adds them). Lightning itself finds out at the first validation, after training (or, on a resume,
+    before the first new step). An ``EarlyStopping(strict=False)`` may name a metric that is absent.
+
+    Raises:
+        ConfigError: ``callbacks.<name>.monitor=<metric>: ...`` with the names that can be monitored.
+    """
+    fit_metrics = [m for m in TextClassifierModule.LOGGED_METRICS if not m.startswith("test/")] + ["epoch", "step"]
+    for name, callback in callbacks.items():
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor not in fit_metrics and getattr(callback, "strict", True):
+            when = ("logs that metric only while testing, after the fit" if monitor in TextClassifierModule.LOGGED_METRICS
+                    else "never logs that metric")
+            raise ConfigError(f"callbacks.{name}.monitor={monitor}: the run {when}; monitor one of "
+                              f"{', '.join(fit_metrics)}.")
+
+
+def check_trainer(cfg: DictConfig, callbacks: list[pl.Callback] | None = None) -> None:
+    """``cfg.trainer`` built once with the run's ``callbacks`` and checkpoint plugin and no logger, and dropped:
+    Lightning's own checks of the accelerator, devices, strategy, precision, batch limits and callbacks
+    (``trainer=gpu`` on a machine without a GPU, ``trainer.devices=0``, an unknown precision,
+    ``trainer.limit_val_batches=-1``) run here, before any data work and before a logger or checkpoint dir exists.
+    Lightning's start-up lines and warnings are left to the real build.
 
     Raises:
         ConfigError: ``invalid trainer config: <Lightning's message>`` (:func:`from_instantiation`).
@@ -175,8 +214,7 @@ def check_trainer(cfg: DictConfig) -> None:
             logger.setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            build(cfg.trainer, "trainer", logger=False, callbacks=[], enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False, plugins=[AtomicCheckpointIO()])
+            build(cfg.trainer, "trainer", logger=False, callbacks=callbacks or [], plugins=[AtomicCheckpointIO()])
     finally:
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)
@@ -194,17 +232,29 @@ def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: d
     return [logger for logger in loggers if logger is not None]
 
 
-def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
-    """The callbacks of ``cfg.callbacks`` (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``), and a
-    :class:`Throughput` if none is configured (the summary needs it)."""
-    callbacks = []
-    for node in (cfg.get("callbacks") or {}).values():
+def configured_callbacks(cfg: DictConfig, output_dir: Path) -> dict[str, pl.Callback]:
+    """The callbacks of ``cfg.callbacks`` by name (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``;
+    building one writes nothing), those set to null and a progress bar the trainer switches off left out.
+
+    Raises:
+        ConfigError: ``invalid callbacks config: callbacks.<name>: ...`` for a value its constructor refuses, a
+            ``_target_`` that cannot be imported, an argument it does not take (:func:`from_instantiation`).
+    """
+    callbacks = {}
+    for name, node in (cfg.get("callbacks") or {}).items():
         if node is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
             continue
-        callback = build_with_context(node, "callbacks", dirpath=str(output_dir / "checkpoints"))
+        callback = build_with_context(node, f"callbacks.{name}", dirpath=str(output_dir / "checkpoints"))
         if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
             continue  # trainer.enable_progress_bar=false wins over the configured bar
-        callbacks.append(callback)
+        callbacks[str(name)] = callback
+    return callbacks
+
+
+def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
+    """The callbacks of ``cfg.callbacks`` (:func:`configured_callbacks`), and a :class:`Throughput` if none is
+    configured (the summary needs it)."""
+    callbacks = list(configured_callbacks(cfg, output_dir).values())
     if not any(isinstance(c, Throughput) for c in callbacks):
         callbacks.append(Throughput())
     return callbacks

@@ -315,11 +315,48 @@ def check_run_config(cfg: DictConfig) -> None:
     check_optim(cfg.get("optim") or {})
     check_compile(cfg.get("compile") or {})
     trainer = cfg.get("trainer") or {}
+    check_accelerator(trainer.get("accelerator"))
     check_precision(trainer.get("precision"), (cfg.get("optim") or {}).get("impl"), trainer.get("gradient_clip_val"))
     if cfg.get("data") is not None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """Refuse ``trainer.accelerator=gpu`` or ``cuda`` (``trainer=gpu``, ``trainer=ddp``) where torch certainly has no
+    CUDA device, without importing torch: the installed torch is a CPU-only build (its version ends in ``+cpu``),
+    ``CUDA_VISIBLE_DEVICES`` hides every device, or (Linux, a torch not built for ROCm) no NVIDIA driver is loaded
+    (no ``/proc/driver/nvidia/version``). Anything less certain is left to Lightning's own check, which the config
+    check runs once torch has loaded (:func:`attnbench.run.train.check_trainer`). On macOS ``gpu`` means MPS:
+    Lightning's check too.
+
+    Raises:
+        ConfigError: naming the reason and ``trainer=cpu``.
+    """
+    import os
+    import sys
+
+    if str(accelerator) not in ("gpu", "cuda") or sys.platform == "darwin":
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if torch_version.endswith("+cpu"):
+        why = f"the installed torch {torch_version} is a CPU-only build"
+    elif visible is not None and visible.strip() in ("", "-1"):
+        why = f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    elif sys.platform.startswith("linux") and "rocm" not in torch_version \
+            and not Path("/proc/driver/nvidia/version").exists():
+        why = "no NVIDIA driver is loaded (no /proc/driver/nvidia/version)"
+    else:
+        return
+    raise ConfigError(f"trainer.accelerator={accelerator}: this machine has no GPU that torch can use ({why}). "
+                      "Use trainer=cpu (or trainer.accelerator=auto).")
 
 
 def check_attention(cfg: DictConfig) -> None:

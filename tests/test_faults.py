@@ -317,6 +317,23 @@ def test_a_gpu_trainer_where_torch_has_no_gpu_is_refused_before_torch_loads(monk
                               "Use trainer=cpu (or trainer.accelerator=auto).")
 
 
+def test_a_value_lightning_refuses_inside_the_fit_is_one_config_error():
+    """A ValueError raised in Lightning's own code during the fit is Lightning's word on a setting (one line); a
+    ValueError from elsewhere (the model's or data's code) is a bug and keeps its traceback."""
+    from pytorch_lightning.utilities.combined_loader import CombinedLoader
+
+    from attnbench.run.failures import FailureHandler
+    from attnbench.run.resume import InterruptCheckpoint
+
+    handler = FailureHandler(compose_cfg(["model=tiny"]), Path("unused"), InterruptCheckpoint(Path("unused")))
+    with pytest.raises(ValueError) as err:
+        CombinedLoader([[1]], mode="sideways")
+    shown = handler.translate(err.value)
+    assert isinstance(shown, ConfigError)
+    assert str(shown).startswith("invalid trainer or callbacks config: Unsupported mode 'sideways', please select")
+    assert handler.translate(ValueError("a bug in the model's code")) is None
+
+
 def test_an_early_stopping_that_may_miss_its_metric_passes_the_check():
     check_config(compose_cfg(["model=tiny", "+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,"
                                             "monitor:val/accc,strict:false}"]))
@@ -674,6 +691,15 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (stopped, ["model=small"], "holds a run with other settings than this command's"),
         (stopped, ["model=small", "hydra.output_subdir=null"], "holds the weights of another model than this run"),
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
+        # failed inside Lightning's fit before the first new step (the .hydra/ files, train.log, csv/ and failure.json
+        # were written, and val_check_interval=0 left a ZeroDivisionError traceback and an interrupted.ckpt):
+        # refused by the config check, or once the data's batch count is known, before any write
+        (stopped, ["callbacks.model_checkpoint.monitor=val/nope"],
+         "callbacks.model_checkpoint.monitor=val/nope: the run never logs that metric; monitor one of"),
+        (stopped, ["trainer.val_check_interval=0"], "trainer.val_check_interval must be a fraction in (0, 1] of an"),
+        (stopped, ["trainer.val_check_interval=1000"], "trainer.val_check_interval=1000 is more than the 20 training "
+                                                       "batches of an epoch: set it to at most 20,"),
+        (stopped, ["callbacks.model_checkpoint.mode=sideways"], "callbacks.model_checkpoint: `mode` can be min, max"),
     ]
     for run_dir, extra, message in cases:
         before = _files(run_dir)

@@ -228,7 +228,8 @@ class FailureHandler:
                 knobs += f", attention.chunk_bytes (now {self.cfg.attention.chunk_bytes})"
             return OutOfMemory(f"Out of memory at {self._where()} ({whole_sentences(err, 160)}). Lower {knobs}; "
                                "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
-        if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
+        if isinstance(err, MisconfigurationException) or isinstance(err, ValueError) and _raised_by_lightning(err):
+            # e.g. a ModelCheckpoint monitor key that is never logged; a value Lightning checks only in the fit
             # without the `` HINT: ...`` Lightning appends to the text, which names a Python call, not a config key
             message = " ".join(str(err).split(" HINT:")[0].split())
             return ConfigError(f"invalid trainer or callbacks config: {message}")
@@ -302,6 +303,16 @@ class FailureHandler:
         return write_failure(self.output_dir, err, where=self._where(),
                              checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer),
                              metrics=metrics)
+
+
+def _raised_by_lightning(err: BaseException) -> bool:
+    """Whether ``err`` was raised in Lightning's own code (the last frame of its traceback): Lightning's word on a
+    setting, not a bug in the model or data code it called."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    parts = Path(tb.tb_frame.f_code.co_filename).parts if tb is not None else ()
+    return "pytorch_lightning" in parts or "lightning_fabric" in parts or "lightning" in parts
 
 
 def hydra_error_message(err: BaseException) -> str | None:

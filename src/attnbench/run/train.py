@@ -128,6 +128,11 @@ def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any
     Lightning validates at epoch ends by default; a ``trainer.max_steps`` run
     shorter than one epoch would otherwise never validate, never checkpoint,
     and test its last weights rather than the best ones.
+
+    Raises:
+        ConfigError: an integer ``trainer.val_check_interval`` larger than an epoch's training batches (with
+            ``check_val_every_n_epoch`` set and validation on), which Lightning refuses only inside the fit (on a
+            resume, after the run's dir has been written to); the data is known here, nothing written yet.
     """
     max_steps = int(cfg.trainer.get("max_steps") or -1)
     world_size = processes_per_node(cfg) * int(cfg.trainer.get("num_nodes") or 1)
@@ -135,7 +140,15 @@ def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any
     limit = cfg.trainer.get("limit_train_batches")
     if isinstance(limit, int) and limit > 0:
         batches_per_epoch = min(batches_per_epoch, limit)
+    elif isinstance(limit, float) and 0 < limit < 1:  # Lightning's rule: int(batches x fraction)
+        batches_per_epoch = int(batches_per_epoch * limit)
     interval = cfg.trainer.get("val_check_interval", 1.0)
+    if (isinstance(interval, int) and not isinstance(interval, bool) and interval > batches_per_epoch
+            and cfg.trainer.get("check_val_every_n_epoch", 1) is not None
+            and cfg.trainer.get("limit_val_batches") not in (0, 0.0)):
+        raise ConfigError(f"trainer.val_check_interval={interval} is more than the {batches_per_epoch} training "
+                          f"batches of an epoch: set it to at most {batches_per_epoch}, to a fraction of an epoch "
+                          "(e.g. 0.5), or set trainer.check_val_every_n_epoch=null to count batches across epochs.")
     if 0 < max_steps < batches_per_epoch and isinstance(interval, float) and interval == 1.0:
         log.info("The run ends at step %d, before its first epoch (%d batches): validating at step %d.",
                  max_steps, batches_per_epoch, max_steps)
@@ -304,13 +317,14 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
 
     if ckpt_path:
         check_checkpoint_fits(ckpt_path, module)
+    validation = validation_for_short_runs(cfg, datamodule)
     callbacks = build_callbacks(cfg, output_dir)
     resume_state = ResumeState()
     interrupt = InterruptCheckpoint(output_dir / "checkpoints")
     guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
     trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=False, callbacks=[*callbacks, *guards],
                                 default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
-                                **validation_for_short_runs(cfg, datamodule))
+                                **validation)
     # the loggers last: nothing can refuse the run any more (a CSV log of a resumed run sets the earlier one
     # aside, a W&B run creates its folder); the Trainer takes them as its `logger=` argument would
     loggers = build_loggers(cfg, output_dir, rank_zero, resumed)

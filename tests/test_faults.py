@@ -277,6 +277,12 @@ def test_the_declared_metric_names_are_those_the_module_logs(toy, tmp_path, monk
      "callbacks.stop.monitor=val/accc: the run never logs that metric"),
     ("+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping}",
      "invalid callbacks config: callbacks.stop: missing a required argument: 'monitor'"),
+    # validation off, yet the checkpoint's monitor (or the metric returned to a sweeper) is a val/* metric: the run
+    # trained and tested, then ended in an error about optimized_metric
+    ("trainer.limit_val_batches=0", "trainer.limit_val_batches=0 switches validation off, but "
+                                    "callbacks.model_checkpoint.monitor=val/acc needs it: validate on some batches"),
+    ("trainer.limit_val_batches=0 callbacks=none", "trainer.limit_val_batches=0 switches validation off, but "
+                                                   "optimized_metric=val/acc_best needs it"),
     ("+trainer.enable_checkpointing=false", "invalid trainer config: Trainer was configured with "
                                             "`enable_checkpointing=False` but found `ModelCheckpoint` in callbacks"),
 ])
@@ -285,7 +291,7 @@ def test_callbacks_are_built_and_checked_before_any_data_work(override, message)
     TextClassifierModule.LOGGED_METRICS) and the trainer with them: one ConfigError naming the key, before any data,
     model or output-dir work (these used to pass the check and fail mid-run, or as a raw traceback)."""
     with pytest.raises(ConfigError) as err:
-        check_config(compose_cfg(["model=tiny", override]))
+        check_config(compose_cfg(["model=tiny", *override.split()]))
     assert str(err.value).startswith(message)
 
 
@@ -337,6 +343,8 @@ def test_a_value_lightning_refuses_inside_the_fit_is_one_config_error():
 def test_an_early_stopping_that_may_miss_its_metric_passes_the_check():
     check_config(compose_cfg(["model=tiny", "+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,"
                                             "monitor:val/accc,strict:false}"]))
+    # no validation, and nothing that needs it
+    check_config(compose_cfg(["model=tiny", "trainer.limit_val_batches=0", "callbacks=none", "optimized_metric=null"]))
 
 
 def test_checkpoint_write_failure_names_the_path_and_keeps_the_metrics(toy, tmp_path):
@@ -697,8 +705,8 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (stopped, ["callbacks.model_checkpoint.monitor=val/nope"],
          "callbacks.model_checkpoint.monitor=val/nope: the run never logs that metric; monitor one of"),
         (stopped, ["trainer.val_check_interval=0"], "trainer.val_check_interval must be a fraction in (0, 1] of an"),
-        (stopped, ["trainer.val_check_interval=1000"], "trainer.val_check_interval=1000 is more than the 20 training "
-                                                       "batches of an epoch: set it to at most 20,"),
+        (stopped, ["trainer.val_check_interval=1000"], "trainer.val_check_interval=1000 is more than the 22 training "
+                                                       "batches of an epoch: set it to at most 22,"),
         (stopped, ["callbacks.model_checkpoint.mode=sideways"], "callbacks.model_checkpoint: `mode` can be min, max"),
     ]
     for run_dir, extra, message in cases:

@@ -186,27 +186,36 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
             raise ConfigError(f"invalid config: {cause.args[0] if cause.args else repr(cause)}") from None
         raise_own_error(err)
     callbacks = configured_callbacks(cfg, job_output_dir(cfg))
-    check_monitors(callbacks)
+    check_monitors(cfg, callbacks)
     check_trainer(cfg, list(callbacks.values()))
 
 
-def check_monitors(callbacks: dict[str, pl.Callback]) -> None:
+def check_monitors(cfg: DictConfig, callbacks: dict[str, pl.Callback]) -> None:
     """Each callback's ``monitor`` (``ModelCheckpoint``, ``EarlyStopping``) names a metric the fit logs: one of
     :data:`attnbench.models.module.TextClassifierModule.LOGGED_METRICS` other than ``test/*``, or ``epoch``/``step``
     (Lightning adds them). Lightning itself finds out at the first validation, after training (or, on a resume,
-    before the first new step). An ``EarlyStopping(strict=False)`` may name a metric that is absent.
+    before the first new step). An ``EarlyStopping(strict=False)`` may name a metric that is absent. With
+    validation switched off (``trainer.limit_val_batches=0``) no ``val/*`` metric is logged: neither a ``monitor``
+    nor ``optimized_metric`` (read from the summary once the run has finished) may name one.
 
     Raises:
-        ConfigError: ``callbacks.<name>.monitor=<metric>: ...`` with the names that can be monitored.
+        ConfigError: ``callbacks.<name>.monitor=<metric>: ...`` with the names that can be monitored, or
+            ``trainer.limit_val_batches=0 ...`` naming the key that needs validation.
     """
     fit_metrics = [m for m in TextClassifierModule.LOGGED_METRICS if not m.startswith("test/")] + ["epoch", "step"]
-    for name, callback in callbacks.items():
-        monitor = getattr(callback, "monitor", None)
-        if isinstance(monitor, str) and monitor not in fit_metrics and getattr(callback, "strict", True):
+    watched = {f"callbacks.{name}.monitor": callback.monitor for name, callback in callbacks.items()
+               if isinstance(getattr(callback, "monitor", None), str) and getattr(callback, "strict", True)}
+    for key, monitor in watched.items():
+        if monitor not in fit_metrics:
             when = ("logs that metric only while testing, after the fit" if monitor in TextClassifierModule.LOGGED_METRICS
                     else "never logs that metric")
-            raise ConfigError(f"callbacks.{name}.monitor={monitor}: the run {when}; monitor one of "
-                              f"{', '.join(fit_metrics)}.")
+            raise ConfigError(f"{key}={monitor}: the run {when}; monitor one of {', '.join(fit_metrics)}.")
+    if cfg.trainer.get("limit_val_batches") in (0, 0.0):
+        needs = {**watched, "optimized_metric": str(cfg.get("optimized_metric"))}
+        for key, metric in needs.items():
+            if metric.startswith("val/"):
+                raise ConfigError(f"trainer.limit_val_batches=0 switches validation off, but {key}={metric} needs it: "
+                                  f"validate on some batches (e.g. trainer.limit_val_batches=0.2) or change {key}.")
 
 
 def check_trainer(cfg: DictConfig, callbacks: list[pl.Callback] | None = None) -> None:

@@ -94,6 +94,7 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps must be an integer >= 1, or 0 for no per-step"),
     ("trainer.num_sanity_val_steps=-2", "trainer.num_sanity_val_steps must be an integer >= 0, or -1 for the whole"),
     ("trainer.max_epochs=-2", "trainer.max_epochs must be an integer >= 1, or -1 for no limit, got -2"),
+    ("callbacks.throughput_monitor.window_size=1", "callbacks.throughput_monitor.window_size must be an integer >= 2"),
     # refused by Lightning's own Trainer constructor, built by the check
     ("trainer.limit_val_batches=-1", "invalid trainer config: You have passed invalid value -1 for limit_val_batches"),
 ])

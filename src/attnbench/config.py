@@ -207,6 +207,9 @@ TARGET_RANGES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
                                      lambda v: _integer(v) and v >= -1, ""),
     "trainer.log_every_n_steps": ("an integer >= 1, or 0 for no per-step logging",
                                   lambda v: v is None or _integer(v) and v >= 0, ""),
+    # Lightning asserts it (a bare AssertionError) only when the fit sets the callback up
+    "callbacks.throughput_monitor.window_size": ("an integer >= 2 (steps per rate)", lambda v: _integer(v) and v >= 2,
+                                                 ""),
     "trainer.max_time": ("null, a duration 'DD:HH:MM:SS' > 0 or a mapping of days/hours/minutes/seconds, "
                          "e.g. {minutes: 50}", _duration, ""),
     "logger.wandb.mode": ("auto, online, offline or disabled", lambda v: v in WANDB_MODES, ""),

@@ -82,6 +82,21 @@ def run_in_process(toy: list[str], out: Path, *overrides: str) -> dict:
     ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file. Use the path printed"),
     ("optim.betas=[0.9]", "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98], got [0.9]"),
     ("optim.warmup_ratio=1.5", "optim.warmup_ratio must be a number in [0, 1], got 1.5"),
+    # trainer values Lightning takes and then divides by (a ZeroDivisionError mid-fit) or silently reinterprets
+    ("trainer.val_check_interval=0", "trainer.val_check_interval must be a fraction in (0, 1] of an epoch, a number "
+                                     "of training batches >= 1, or a time 'DD:HH:MM:SS', got 0"),
+    ("trainer.val_check_interval=0.0", "trainer.val_check_interval must be a fraction in (0, 1] of an epoch"),
+    ("trainer.check_val_every_n_epoch=0", "trainer.check_val_every_n_epoch must be an integer >= 1, or null"),
+    ("trainer.limit_train_batches=0", "trainer.limit_train_batches must be null, a fraction in (0, 1] or a number of "
+                                      "batches >= 1, got 0 (0 would test an untrained model)"),
+    ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be null, 0 (no clipping) or a number > 0, got -1"),
+    ("+trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches must be an integer >= 1, got 0"),
+    ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps must be an integer >= 1, or 0 for no per-step"),
+    ("trainer.num_sanity_val_steps=-2", "trainer.num_sanity_val_steps must be an integer >= 0, or -1 for the whole"),
+    ("trainer.max_epochs=-2", "trainer.max_epochs must be an integer >= 1, or -1 for no limit, got -2"),
+    ("callbacks.throughput_monitor.window_size=1", "callbacks.throughput_monitor.window_size must be an integer >= 2"),
+    # refused by Lightning's own Trainer constructor, built by the check
+    ("trainer.limit_val_batches=-1", "invalid trainer config: You have passed invalid value -1 for limit_val_batches"),
 ])
 def test_bad_values_are_refused_before_any_data_work(override, message):
     with pytest.raises(ConfigError) as err:
@@ -214,11 +229,123 @@ def test_out_of_memory_names_the_knobs(toy, tmp_path, monkeypatch, error):
 
 
 def test_a_monitor_key_that_is_never_logged_is_a_config_error(toy, tmp_path):
+    """Lightning finds an unlogged `monitor` at the first validation (after training, or on a resume before the first
+    new step, when the run's dir has been written to): the config check refuses it before the output dir exists."""
     with pytest.raises(ConfigError) as err:
         run_in_process(toy, tmp_path / "run", "trainer.max_steps=4", "trainer.val_check_interval=2",
                        "callbacks.model_checkpoint.monitor=val/accc")
-    assert str(err.value).startswith("invalid trainer or callbacks config: `ModelCheckpoint(monitor='val/accc')` "
-                                     "could not find the monitored key in the returned metrics: ['train/loss', ")
+    assert str(err.value) == ("callbacks.model_checkpoint.monitor=val/accc: the run never logs that metric; monitor one "
+                              "of train/loss, train/acc, val/loss, val/acc, val/f1_macro, val/acc_best, epoch, step.")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_declared_metric_names_are_those_the_module_logs(toy, tmp_path, monkeypatch):
+    """TextClassifierModule.LOGGED_METRICS (what `check_monitors` accepts) is every name the module logs in a fit and
+    a test, and no other."""
+    logged = set()
+    log, log_dict = TextClassifierModule.log, TextClassifierModule.log_dict
+
+    def spy_log(self, name, *args, **kwargs):
+        logged.add(name)
+        return log(self, name, *args, **kwargs)
+
+    def spy_log_dict(self, dictionary, *args, **kwargs):
+        logged.update(dictionary)
+        return log_dict(self, dictionary, *args, **kwargs)
+
+    monkeypatch.setattr(TextClassifierModule, "log", spy_log)
+    monkeypatch.setattr(TextClassifierModule, "log_dict", spy_log_dict)
+    run_in_process(toy, tmp_path / "run", "trainer.max_steps=2", "trainer.val_check_interval=2", "callbacks=none")
+    assert logged == set(TextClassifierModule.LOGGED_METRICS)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("callbacks.model_checkpoint.mode=sideways",
+     "invalid callbacks config: callbacks.model_checkpoint: `mode` can be min, max but got sideways"),
+    ("+callbacks.bogus._target_=nope.Nope", "invalid callbacks config: callbacks.bogus._target_ cannot be imported "
+                                            "(Error loading 'nope.Nope': ModuleNotFoundError(\"No module named 'nope'\")"),
+    ("+callbacks.model_checkpoint.every=3",
+     "invalid callbacks config: callbacks.model_checkpoint: got an unexpected keyword argument 'every'"),
+    ("callbacks.model_checkpoint.save_top_k=-2",
+     "invalid callbacks config: callbacks.model_checkpoint: Invalid value for save_top_k=-2. Must be >= -1"),
+    ("callbacks.learning_rate_monitor.logging_interval=hour",
+     "invalid callbacks config: callbacks.learning_rate_monitor: logging_interval should be `step` or `epoch`"),
+    ("callbacks.model_checkpoint.monitor=val/nope", "callbacks.model_checkpoint.monitor=val/nope: the run never logs "
+                                                   "that metric; monitor one of train/loss, train/acc, val/loss,"),
+    ("callbacks.model_checkpoint.monitor=test/acc", "callbacks.model_checkpoint.monitor=test/acc: the run logs that "
+                                                   "metric only while testing, after the fit; monitor one of"),
+    ("+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,monitor:val/accc}",
+     "callbacks.stop.monitor=val/accc: the run never logs that metric"),
+    ("+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping}",
+     "invalid callbacks config: callbacks.stop: missing a required argument: 'monitor'"),
+    # validation off, yet the checkpoint's monitor (or the metric returned to a sweeper) is a val/* metric: the run
+    # trained and tested, then ended in an error about optimized_metric
+    ("trainer.limit_val_batches=0", "trainer.limit_val_batches=0 switches validation off, but "
+                                    "callbacks.model_checkpoint.monitor=val/acc needs it: validate on some batches"),
+    ("trainer.limit_val_batches=0 callbacks=none", "trainer.limit_val_batches=0 switches validation off, but "
+                                                   "optimized_metric=val/acc_best needs it"),
+    ("+trainer.enable_checkpointing=false", "invalid trainer config: Trainer was configured with "
+                                            "`enable_checkpointing=False` but found `ModelCheckpoint` in callbacks"),
+])
+def test_callbacks_are_built_and_checked_before_any_data_work(override, message):
+    """The config check builds the callbacks (their constructors' checks, and each `monitor` against
+    TextClassifierModule.LOGGED_METRICS) and the trainer with them: one ConfigError naming the key, before any data,
+    model or output-dir work (these used to pass the check and fail mid-run, or as a raw traceback)."""
+    with pytest.raises(ConfigError) as err:
+        check_config(compose_cfg(["model=tiny", *override.split()]))
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("override, torch_version, visible, why", [
+    ("trainer=gpu", "2.13.0+cpu", None, "(the installed torch 2.13.0+cpu is a CPU-only build)"),
+    ("trainer=ddp", "2.13.0", "", "(CUDA_VISIBLE_DEVICES='' hides every GPU)"),
+    ("trainer.accelerator=cuda", "2.13.0+cu126", "-1", "(CUDA_VISIBLE_DEVICES='-1' hides every GPU)"),
+    ("trainer=gpu", "2.13.0+rocm6.2", None, None),  # not certain without torch: left to Lightning's check
+])
+def test_a_gpu_trainer_where_torch_has_no_gpu_is_refused_before_torch_loads(monkeypatch, override, torch_version,
+                                                                            visible, why):
+    """`trainer=gpu` on a machine without CUDA answered after Lightning loaded (15 s on a loaded core) with
+    Lightning's "No supported gpu backend found!": the torch-free check answers with the reason and trainer=cpu."""
+    from attnbench.config import check_run_config
+
+    monkeypatch.setattr("importlib.metadata.version", lambda name: torch_version)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    cfg = compose_cfg(["model=tiny", override])
+    if why is None:
+        check_run_config(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        check_run_config(cfg)
+    accelerator = "cuda" if override.endswith("cuda") else "gpu"
+    assert str(err.value) == (f"trainer.accelerator={accelerator}: this machine has no GPU that torch can use {why}. "
+                              "Use trainer=cpu (or trainer.accelerator=auto).")
+
+
+def test_a_value_lightning_refuses_inside_the_fit_is_one_config_error():
+    """A ValueError raised in Lightning's own code during the fit is Lightning's word on a setting (one line); a
+    ValueError from elsewhere (the model's or data's code) is a bug and keeps its traceback."""
+    from pytorch_lightning.utilities.combined_loader import CombinedLoader
+
+    from attnbench.run.failures import FailureHandler
+    from attnbench.run.resume import InterruptCheckpoint
+
+    handler = FailureHandler(compose_cfg(["model=tiny"]), Path("unused"), InterruptCheckpoint(Path("unused")))
+    with pytest.raises(ValueError) as err:
+        CombinedLoader([[1]], mode="sideways")
+    shown = handler.translate(err.value)
+    assert isinstance(shown, ConfigError)
+    assert str(shown).startswith("invalid trainer or callbacks config: Unsupported mode 'sideways', please select")
+    assert handler.translate(ValueError("a bug in the model's code")) is None
+
+
+def test_an_early_stopping_that_may_miss_its_metric_passes_the_check():
+    check_config(compose_cfg(["model=tiny", "+callbacks.stop={_target_:pytorch_lightning.callbacks.EarlyStopping,"
+                                            "monitor:val/accc,strict:false}"]))
+    # no validation, and nothing that needs it
+    check_config(compose_cfg(["model=tiny", "trainer.limit_val_batches=0", "callbacks=none", "optimized_metric=null"]))
 
 
 def test_checkpoint_write_failure_names_the_path_and_keeps_the_metrics(toy, tmp_path):
@@ -567,7 +694,7 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         # set metrics.csv aside as metrics.part1.csv, W&B would create wandb/offline-run-*) and before data work
         (stopped, ["trainer.devices=0", "logger=wandb"], "invalid trainer config: `Trainer(devices=0)` value is not"),
         *([] if torch.cuda.is_available() else [
-            (stopped, ["trainer=gpu", "logger=wandb"], "invalid trainer config: No supported gpu backend found!")]),
+            (stopped, ["trainer=gpu", "logger=wandb"], "this machine has no GPU that torch can use (")]),
         (finished, ["seed=7"], f"{finished} already holds a previous run's outputs (metrics.json)"),
         (finished, ["seed=7", "hydra/job_logging=default"], f"{finished} already holds a previous run's outputs"),
         (stopped, ["optim.lr=-1"], "holds a run with other settings than this command's (1 differ: optim.lr: "),
@@ -579,6 +706,15 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (damaged, [], "is not a readable checkpoint (truncated or damaged"),
         (flipped, [], "is not a readable checkpoint (truncated or damaged: its SHA-256 differs from the one written "
                       "with it in "),
+        # failed inside Lightning's fit before the first new step (the .hydra/ files, train.log, csv/ and failure.json
+        # were written, and val_check_interval=0 left a ZeroDivisionError traceback and an interrupted.ckpt):
+        # refused by the config check, or once the data's batch count is known, before any write
+        (stopped, ["callbacks.model_checkpoint.monitor=val/nope"],
+         "callbacks.model_checkpoint.monitor=val/nope: the run never logs that metric; monitor one of"),
+        (stopped, ["trainer.val_check_interval=0"], "trainer.val_check_interval must be a fraction in (0, 1] of an"),
+        (stopped, ["trainer.val_check_interval=1000"], "trainer.val_check_interval=1000 is more than the 22 training "
+                                                       "batches of an epoch: set it to at most 22,"),
+        (stopped, ["callbacks.model_checkpoint.mode=sideways"], "callbacks.model_checkpoint: `mode` can be min, max"),
     ]
     for run_dir, extra, message in cases:
         before = _files(run_dir)

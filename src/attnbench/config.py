@@ -55,6 +55,18 @@ def _steps(value: Any) -> bool:
     return value is None or _integer(value) and (value >= 1 or value == -1)
 
 
+def _batches(value: Any) -> bool:
+    """``trainer.limit_train_batches`` and the like: null, a fraction in (0, 1] of the loader's batches or a count
+    >= 1 (Lightning's own rule, less 0: no batches)."""
+    return value is None or _number(value) and 0 < value and (value <= 1 or float(value).is_integer())
+
+
+def _interval(value: Any) -> bool:
+    """``trainer.val_check_interval``: :func:`_batches`, or a time-based interval (a ``"DD:HH:MM:SS"`` string or a
+    mapping of days/hours/minutes/seconds, checked by Lightning)."""
+    return isinstance(value, str | dict) or _batches(value)
+
+
 def _duration(value: Any) -> bool:
     """``trainer.max_time``: null, ``"DD:HH:MM:SS"`` (Lightning's ``Timer`` format) or a mapping of
     days/hours/minutes/seconds (``{minutes: 50}``) that adds up to more than 0 seconds."""
@@ -178,6 +190,26 @@ ConfigStore.instance().store(name="train_schema", node=RunConfig)
 TARGET_RANGES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
     "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
+    # Lightning takes these and only fails mid-run (val_check_interval=0, check_val_every_n_epoch=0 and
+    # accumulate_grad_batches=0 divide by zero in the fit), or silently does something else: 0 training batches tests
+    # an untrained model, val_check_interval=0.0 validates after every batch, a negative gradient_clip_val switches clipping off, num_sanity_val_steps=-2
+    # skips the sanity check. (Lightning's own constructor refuses other values, e.g. limit_val_batches=-1.)
+    "trainer.val_check_interval": ("a fraction in (0, 1] of an epoch, a number of training batches >= 1, or a time "
+                                   "'DD:HH:MM:SS'", _interval, ""),
+    "trainer.check_val_every_n_epoch": ("an integer >= 1, or null (validate every val_check_interval batches across "
+                                        "epochs)", lambda v: v is None or _integer(v) and v >= 1, ""),
+    "trainer.limit_train_batches": ("null, a fraction in (0, 1] or a number of batches >= 1", _batches,
+                                    " (0 would test an untrained model)"),
+    "trainer.accumulate_grad_batches": ("an integer >= 1", lambda v: _integer(v) and v >= 1, ""),
+    "trainer.gradient_clip_val": ("null, 0 (no clipping) or a number > 0", lambda v: v is None or _number(v) and v >= 0,
+                                  ""),
+    "trainer.num_sanity_val_steps": ("an integer >= 0, or -1 for the whole validation split",
+                                     lambda v: _integer(v) and v >= -1, ""),
+    "trainer.log_every_n_steps": ("an integer >= 1, or 0 for no per-step logging",
+                                  lambda v: v is None or _integer(v) and v >= 0, ""),
+    # Lightning asserts it (a bare AssertionError) only when the fit sets the callback up
+    "callbacks.throughput_monitor.window_size": ("an integer >= 2 (steps per rate)", lambda v: _integer(v) and v >= 2,
+                                                 ""),
     "trainer.max_time": ("null, a duration 'DD:HH:MM:SS' > 0 or a mapping of days/hours/minutes/seconds, "
                          "e.g. {minutes: 50}", _duration, ""),
     "logger.wandb.mode": ("auto, online, offline or disabled", lambda v: v in WANDB_MODES, ""),
@@ -286,11 +318,48 @@ def check_run_config(cfg: DictConfig) -> None:
     check_optim(cfg.get("optim") or {})
     check_compile(cfg.get("compile") or {})
     trainer = cfg.get("trainer") or {}
+    check_accelerator(trainer.get("accelerator"))
     check_precision(trainer.get("precision"), (cfg.get("optim") or {}).get("impl"), trainer.get("gradient_clip_val"))
     if cfg.get("data") is not None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation
 
         DataConfig.check(cfg.data)
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """Refuse ``trainer.accelerator=gpu`` or ``cuda`` (``trainer=gpu``, ``trainer=ddp``) where torch certainly has no
+    CUDA device, without importing torch: the installed torch is a CPU-only build (its version ends in ``+cpu``),
+    ``CUDA_VISIBLE_DEVICES`` hides every device, or (Linux, a torch not built for ROCm) no NVIDIA driver is loaded
+    (no ``/proc/driver/nvidia/version``). Anything less certain is left to Lightning's own check, which the config
+    check runs once torch has loaded (:func:`attnbench.run.train.check_trainer`). On macOS ``gpu`` means MPS:
+    Lightning's check too.
+
+    Raises:
+        ConfigError: naming the reason and ``trainer=cpu``.
+    """
+    import os
+    import sys
+
+    if str(accelerator) not in ("gpu", "cuda") or sys.platform == "darwin":
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if torch_version.endswith("+cpu"):
+        why = f"the installed torch {torch_version} is a CPU-only build"
+    elif visible is not None and visible.strip() in ("", "-1"):
+        why = f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    elif sys.platform.startswith("linux") and "rocm" not in torch_version \
+            and not Path("/proc/driver/nvidia/version").exists():
+        why = "no NVIDIA driver is loaded (no /proc/driver/nvidia/version)"
+    else:
+        return
+    raise ConfigError(f"trainer.accelerator={accelerator}: this machine has no GPU that torch can use ({why}). "
+                      "Use trainer=cpu (or trainer.accelerator=auto).")
 
 
 def check_attention(cfg: DictConfig) -> None:

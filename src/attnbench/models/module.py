@@ -48,6 +48,11 @@ class TextClassifierModule(pl.LightningModule):
     or more dimensions, none on the others (:mod:`attnbench.models.optim`).
     """
 
+    #: every metric name the module logs (``self.log``/``self.log_dict`` below): what a callback's ``monitor`` may
+    #: name (``test/*`` only after the fit; :func:`attnbench.run.train.check_monitors`)
+    LOGGED_METRICS = ("train/loss", "train/acc", "val/loss", "val/acc", "val/f1_macro", "val/acc_best",
+                      "test/loss", "test/acc", "test/f1_macro")
+
     def __init__(
         self,
         vocab_size: int,

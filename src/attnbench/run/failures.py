@@ -137,24 +137,40 @@ def record_failure(cfg: DictConfig, err: BaseException, output_dir: Path, in_swe
 
 
 def from_instantiation(err: Exception, what: str) -> BaseException:
-    """The error to show for Hydra's ``InstantiationException`` of ``cfg.<what>`` (``data``, ``trainer``).
+    """The error to show for Hydra's ``InstantiationException`` of ``cfg.<what>`` (``data``, ``trainer``,
+    ``callbacks.<name>``).
 
     Hydra wraps a constructor's exception; an :class:`AttnbenchError` (the data module's own messages) is
-    shown as it is, a trainer's ``MisconfigurationException``/``ValueError``/``TypeError`` (``trainer=gpu``
-    on a machine without one) as ``invalid trainer config: ...``, another constructor's ``ValueError``/``KeyError``
-    (a value it refused, e.g. ``callbacks.attention_maps.n_sentences=0``) as ``invalid <what> config: ...``;
-    anything else (a bug) is ``err`` itself.
+    shown as it is; these are the user's config, shown as ``invalid <group> config: <what>: <message>`` (``<what>:``
+    left out where the message names it already):
+
+    - a trainer's ``MisconfigurationException``/``ValueError``/``TypeError`` (``trainer=gpu`` on a machine without
+      one), a Lightning callback's ``MisconfigurationException`` (``callbacks.model_checkpoint.mode=sideways``),
+      another constructor's ``ValueError``/``KeyError`` (a value it refused, e.g.
+      ``callbacks.attention_maps.n_sentences=0``);
+    - a ``_target_`` that cannot be imported (``+callbacks.x._target_=nope.Nope``).
+
+    ``err`` may also be the exception a constructor raised when called outside Hydra (a ``_partial_`` target).
+    Anything else (a bug, such as a ``TypeError`` raised inside a constructor) is ``err`` itself.
     """
+    from hydra.errors import InstantiationException
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-    cause = err.__cause__
+    cause = err.__cause__ if isinstance(err, InstantiationException) else err
     if isinstance(cause, AttnbenchError):
         return cause
-    if what == "trainer" and isinstance(cause, MisconfigurationException | ValueError | TypeError):
-        return ConfigError(f"invalid trainer config: {cause}")
-    if isinstance(cause, ValueError | KeyError):  # a value a logger's or callback's constructor refused
-        message = cause.args[0] if cause.args else repr(cause)  # a KeyError's str() is quoted
-        return ConfigError(f"invalid {what} config: {message}")
+    group = what.split(".")[0]
+    if isinstance(cause, ImportError) and str(err).startswith("Error locating target"):
+        lines = str(cause).splitlines()
+        message = f"{lines[0].rstrip(':')}: {' '.join(lines[1:])}" if len(lines) > 1 else str(cause)
+        return ConfigError(f"invalid {group} config: {what}._target_ cannot be imported ({message}); fix it or remove "
+                           f"{what} (~{what}).")
+    refused = (MisconfigurationException | ValueError | TypeError) if what == "trainer" \
+        else (MisconfigurationException | ValueError | KeyError)
+    if isinstance(cause, refused):
+        message = " ".join(str(cause.args[0] if cause.args else repr(cause)).split(" HINT:")[0].split())
+        named = what == group or what in message  # a KeyError's str() is quoted: its first argument instead
+        return ConfigError(f"invalid {group} config: {message}" if named else f"invalid {group} config: {what}: {message}")
     return err
 
 
@@ -212,7 +228,8 @@ class FailureHandler:
                 knobs += f", attention.chunk_bytes (now {self.cfg.attention.chunk_bytes})"
             return OutOfMemory(f"Out of memory at {self._where()} ({whole_sentences(err, 160)}). Lower {knobs}; "
                                "on a GPU, trainer.precision=bf16-mixed also halves activation memory.")
-        if isinstance(err, MisconfigurationException):  # e.g. a ModelCheckpoint monitor key that is never logged
+        if isinstance(err, MisconfigurationException) or isinstance(err, ValueError) and _raised_by_lightning(err):
+            # e.g. a ModelCheckpoint monitor key that is never logged; a value Lightning checks only in the fit
             # without the `` HINT: ...`` Lightning appends to the text, which names a Python call, not a config key
             message = " ".join(str(err).split(" HINT:")[0].split())
             return ConfigError(f"invalid trainer or callbacks config: {message}")
@@ -286,6 +303,16 @@ class FailureHandler:
         return write_failure(self.output_dir, err, where=self._where(),
                              checkpoint=str(checkpoint) if checkpoint else last_checkpoint(self.trainer),
                              metrics=metrics)
+
+
+def _raised_by_lightning(err: BaseException) -> bool:
+    """Whether ``err`` was raised in Lightning's own code (the last frame of its traceback): Lightning's word on a
+    setting, not a bug in the model or data code it called."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    parts = Path(tb.tb_frame.f_code.co_filename).parts if tb is not None else ()
+    return "pytorch_lightning" in parts or "lightning_fabric" in parts or "lightning" in parts
 
 
 def hydra_error_message(err: BaseException) -> str | None:

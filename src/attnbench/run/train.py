@@ -94,10 +94,25 @@ def build_with_context(node: DictConfig, what: str, **context: Any) -> Any:
     and the config leaves it unset (absent or null). Any Lightning logger or callback, or one of the user's,
     gets them the same way. The target is called with them outside Hydra (``_partial_``), so a value such as
     the run config (which holds ``_target_`` keys) is passed as it is, never instantiated.
+
+    Raises:
+        ConfigError: an argument the target does not take or a missing one (``<what>: <Python's message>``), a
+            value its constructor refuses (:func:`from_instantiation`).
     """
     factory = build(node, what, _partial_=True)  # the config's arguments; the context's are not config
-    params = inspect.signature(factory.func).parameters
-    return factory(**{k: v for k, v in context.items() if k in params and factory.keywords.get(k) is None})
+    signature = inspect.signature(factory.func)
+    context = {k: v for k, v in context.items() if k in signature.parameters and factory.keywords.get(k) is None}
+    try:  # an argument the constructor does not take, or one it needs that is missing: the config's mistake
+        signature.bind(*factory.args, **{**factory.keywords, **context})
+    except TypeError as err:
+        raise ConfigError(f"invalid {what.split('.')[0]} config: {what}: {err}") from None
+    try:
+        return factory(**context)
+    except Exception as err:
+        shown = from_instantiation(err, what)
+        if shown is err:  # a bug in the constructor: its own traceback
+            raise
+        raise shown from None
 
 
 def multirun_group(cfg: DictConfig) -> str | None:
@@ -113,6 +128,11 @@ def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any
     Lightning validates at epoch ends by default; a ``trainer.max_steps`` run
     shorter than one epoch would otherwise never validate, never checkpoint,
     and test its last weights rather than the best ones.
+
+    Raises:
+        ConfigError: an integer ``trainer.val_check_interval`` larger than an epoch's training batches (with
+            ``check_val_every_n_epoch`` set and validation on), which Lightning refuses only inside the fit (on a
+            resume, after the run's dir has been written to); the data is known here, nothing written yet.
     """
     max_steps = int(cfg.trainer.get("max_steps") or -1)
     world_size = processes_per_node(cfg) * int(cfg.trainer.get("num_nodes") or 1)
@@ -120,7 +140,15 @@ def validation_for_short_runs(cfg: DictConfig, datamodule: Any) -> dict[str, Any
     limit = cfg.trainer.get("limit_train_batches")
     if isinstance(limit, int) and limit > 0:
         batches_per_epoch = min(batches_per_epoch, limit)
+    elif isinstance(limit, float) and 0 < limit < 1:  # Lightning's rule: int(batches x fraction)
+        batches_per_epoch = int(batches_per_epoch * limit)
     interval = cfg.trainer.get("val_check_interval", 1.0)
+    if (isinstance(interval, int) and not isinstance(interval, bool) and interval > batches_per_epoch
+            and cfg.trainer.get("check_val_every_n_epoch", 1) is not None
+            and cfg.trainer.get("limit_val_batches") not in (0, 0.0)):
+        raise ConfigError(f"trainer.val_check_interval={interval} is more than the {batches_per_epoch} training "
+                          f"batches of an epoch: set it to at most {batches_per_epoch}, to a fraction of an epoch "
+                          "(e.g. 0.5), or set trainer.check_val_every_n_epoch=null to count batches across epochs.")
     if 0 < max_steps < batches_per_epoch and isinstance(interval, float) and interval == 1.0:
         log.info("The run ends at step %d, before its first epoch (%d batches): validating at step %d.",
                  max_steps, batches_per_epoch, max_steps)
@@ -139,7 +167,9 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
     """Fail in seconds, before any data work and before anything is written, if the config cannot work.
 
     The range checks of :func:`attnbench.config.check_run_config`, then the model built once with a 2-token
-    vocabulary (cheap: its own checks, and the score function's), then the trainer (:func:`check_trainer`).
+    vocabulary (cheap: its own checks, and the score function's), the callbacks (their constructors' checks, and
+    each ``monitor`` against the metrics the module logs: :func:`check_monitors`), then the trainer with them
+    (:func:`check_trainer`). The callbacks and the trainer are dropped: nothing is written.
 
     Raises:
         ConfigError: with the offending key and value.
@@ -155,14 +185,45 @@ def check_config(cfg: DictConfig, ranges_checked: bool = False) -> None:
         if isinstance(cause, ValueError | KeyError):
             raise ConfigError(f"invalid config: {cause.args[0] if cause.args else repr(cause)}") from None
         raise_own_error(err)
-    check_trainer(cfg)
+    callbacks = configured_callbacks(cfg, job_output_dir(cfg))
+    check_monitors(cfg, callbacks)
+    check_trainer(cfg, list(callbacks.values()))
 
 
-def check_trainer(cfg: DictConfig) -> None:
-    """``cfg.trainer`` built once with the run's checkpoint plugin and no logger, callback or checkpointing, and
-    dropped: Lightning's own checks of the accelerator, devices, strategy and precision (``trainer=gpu`` on a
-    machine without a GPU, ``trainer.devices=0``, an unknown precision) run here, before any data work and before
-    a logger or checkpoint dir exists. Lightning's start-up lines and warnings are left to the real build.
+def check_monitors(cfg: DictConfig, callbacks: dict[str, pl.Callback]) -> None:
+    """Each callback's ``monitor`` (``ModelCheckpoint``, ``EarlyStopping``) names a metric the fit logs: one of
+    :data:`attnbench.models.module.TextClassifierModule.LOGGED_METRICS` other than ``test/*``, or ``epoch``/``step``
+    (Lightning adds them). Lightning itself finds out at the first validation, after training (or, on a resume,
+    before the first new step). An ``EarlyStopping(strict=False)`` may name a metric that is absent. With
+    validation switched off (``trainer.limit_val_batches=0``) no ``val/*`` metric is logged: neither a ``monitor``
+    nor ``optimized_metric`` (read from the summary once the run has finished) may name one.
+
+    Raises:
+        ConfigError: ``callbacks.<name>.monitor=<metric>: ...`` with the names that can be monitored, or
+            ``trainer.limit_val_batches=0 ...`` naming the key that needs validation.
+    """
+    fit_metrics = [m for m in TextClassifierModule.LOGGED_METRICS if not m.startswith("test/")] + ["epoch", "step"]
+    watched = {f"callbacks.{name}.monitor": callback.monitor for name, callback in callbacks.items()
+               if isinstance(getattr(callback, "monitor", None), str) and getattr(callback, "strict", True)}
+    for key, monitor in watched.items():
+        if monitor not in fit_metrics:
+            when = ("logs that metric only while testing, after the fit" if monitor in TextClassifierModule.LOGGED_METRICS
+                    else "never logs that metric")
+            raise ConfigError(f"{key}={monitor}: the run {when}; monitor one of {', '.join(fit_metrics)}.")
+    if cfg.trainer.get("limit_val_batches") in (0, 0.0):
+        needs = {**watched, "optimized_metric": str(cfg.get("optimized_metric"))}
+        for key, metric in needs.items():
+            if metric.startswith("val/"):
+                raise ConfigError(f"trainer.limit_val_batches=0 switches validation off, but {key}={metric} needs it: "
+                                  f"validate on some batches (e.g. trainer.limit_val_batches=0.2) or change {key}.")
+
+
+def check_trainer(cfg: DictConfig, callbacks: list[pl.Callback] | None = None) -> None:
+    """``cfg.trainer`` built once with the run's ``callbacks`` and checkpoint plugin and no logger, and dropped:
+    Lightning's own checks of the accelerator, devices, strategy, precision, batch limits and callbacks
+    (``trainer=gpu`` on a machine without a GPU, ``trainer.devices=0``, an unknown precision,
+    ``trainer.limit_val_batches=-1``) run here, before any data work and before a logger or checkpoint dir exists.
+    Lightning's start-up lines and warnings are left to the real build.
 
     Raises:
         ConfigError: ``invalid trainer config: <Lightning's message>`` (:func:`from_instantiation`).
@@ -175,8 +236,7 @@ def check_trainer(cfg: DictConfig) -> None:
             logger.setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            build(cfg.trainer, "trainer", logger=False, callbacks=[], enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False, plugins=[AtomicCheckpointIO()])
+            build(cfg.trainer, "trainer", logger=False, callbacks=callbacks or [], plugins=[AtomicCheckpointIO()])
     finally:
         for logger, level in zip(quiet, levels):
             logger.setLevel(level)
@@ -194,17 +254,29 @@ def build_loggers(cfg: DictConfig, output_dir: Path, rank_zero: bool, resumed: d
     return [logger for logger in loggers if logger is not None]
 
 
-def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
-    """The callbacks of ``cfg.callbacks`` (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``), and a
-    :class:`Throughput` if none is configured (the summary needs it)."""
-    callbacks = []
-    for node in (cfg.get("callbacks") or {}).values():
+def configured_callbacks(cfg: DictConfig, output_dir: Path) -> dict[str, pl.Callback]:
+    """The callbacks of ``cfg.callbacks`` by name (``ModelCheckpoint`` writes into ``<output_dir>/checkpoints``;
+    building one writes nothing), those set to null and a progress bar the trainer switches off left out.
+
+    Raises:
+        ConfigError: ``invalid callbacks config: callbacks.<name>: ...`` for a value its constructor refuses, a
+            ``_target_`` that cannot be imported, an argument it does not take (:func:`from_instantiation`).
+    """
+    callbacks = {}
+    for name, node in (cfg.get("callbacks") or {}).items():
         if node is None:  # allows `~callbacks.rich_progress_bar` or `callbacks.x=null`
             continue
-        callback = build_with_context(node, "callbacks", dirpath=str(output_dir / "checkpoints"))
+        callback = build_with_context(node, f"callbacks.{name}", dirpath=str(output_dir / "checkpoints"))
         if isinstance(callback, ProgressBar) and not cfg.trainer.get("enable_progress_bar", True):
             continue  # trainer.enable_progress_bar=false wins over the configured bar
-        callbacks.append(callback)
+        callbacks[str(name)] = callback
+    return callbacks
+
+
+def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
+    """The callbacks of ``cfg.callbacks`` (:func:`configured_callbacks`), and a :class:`Throughput` if none is
+    configured (the summary needs it)."""
+    callbacks = list(configured_callbacks(cfg, output_dir).values())
     if not any(isinstance(c, Throughput) for c in callbacks):
         callbacks.append(Throughput())
     return callbacks
@@ -254,13 +326,14 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
 
     if ckpt_path:
         check_checkpoint_fits(ckpt_path, module)
+    validation = validation_for_short_runs(cfg, datamodule)
     callbacks = build_callbacks(cfg, output_dir)
     resume_state = ResumeState()
     interrupt = InterruptCheckpoint(output_dir / "checkpoints")
     guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
     trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=False, callbacks=[*callbacks, *guards],
                                 default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
-                                **validation_for_short_runs(cfg, datamodule))
+                                **validation)
     # the loggers last: nothing can refuse the run any more (a CSV log of a resumed run sets the earlier one
     # aside, a W&B run creates its folder); the Trainer takes them as its `logger=` argument would
     loggers = build_loggers(cfg, output_dir, rank_zero, resumed)

@@ -715,6 +715,10 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         (stopped, ["trainer.val_check_interval=1000"], "trainer.val_check_interval=1000 is more than the 22 training "
                                                        "batches of an epoch: set it to at most 22,"),
         (stopped, ["callbacks.model_checkpoint.mode=sideways"], "callbacks.model_checkpoint: `mode` can be min, max"),
+        # any other refusal inside the fit before training starts (here a callback's): the
+        # loggers and the held files are written only once training starts
+        (stopped, ["+callbacks.refuses._target_=tests.fault_callbacks.RefusesInTheFit", "logger=wandb"],
+         "invalid trainer or callbacks config: this run is refused inside the fit, before its first training step"),
     ]
     for run_dir, extra, message in cases:
         before = _files(run_dir)

@@ -275,10 +275,15 @@ class FailureHandler:
     @contextlib.contextmanager
     def translating(self, wandb_logger: Any = None) -> Iterator[FailureHandler]:
         """Wrap ``trainer.fit``/``trainer.test``: on any exception write ``failure.json``, finish W&B, and raise
-        the user-facing :class:`AttnbenchError` (a bug's exception is re-raised unchanged)."""
+        the user-facing :class:`AttnbenchError` (a bug's exception is re-raised unchanged). ``wandb_logger``: the
+        run's W&B logger, ``None``, or a function returning it when the exception is caught (a resumed run builds
+        its loggers when training starts). A run whose writes are still held (resumed in place, failed before
+        training started) writes nothing: its dir keeps the previous run as it was."""
         try:
             yield self
         except BaseException as err:
+            if callable(wandb_logger):
+                wandb_logger = wandb_logger()
             user_error = self.translate(err)
             if not self._write_failure(user_error or err) and isinstance(user_error, OutputWriteError):
                 user_error = OutputWriteError(str(user_error).replace(
@@ -292,6 +297,9 @@ class FailureHandler:
 
     def _write_failure(self, err: BaseException) -> bool:
         from attnbench.callbacks.nan_guard import last_checkpoint
+
+        if writes_held():  # failed before training started in a dir that holds a previous run: leave it as it was
+            return True
 
         metrics = {}
         if self.trainer is not None:

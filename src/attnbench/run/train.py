@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ from attnbench.run.console import format_summary
 from attnbench.run.ddp import global_rank_from_env, processes_per_node, use_job_command_for_ddp_children
 from attnbench.run.failures import FailureHandler, from_instantiation, to_log_files
 from attnbench.run.loggers import finish_wandb, wandb_summary
-from attnbench.run.outputs import check_output_dir, job_output_dir, link_last_to_best, release_writes, write_json
+from attnbench.run.outputs import (check_output_dir, job_output_dir, link_last_to_best, release_writes, write_json,
+                                   writes_held)
 from attnbench.run.resume import (
     AtomicCheckpointIO,
     InterruptCheckpoint,
@@ -282,6 +284,32 @@ def build_callbacks(cfg: DictConfig, output_dir: Path) -> list[pl.Callback]:
     return callbacks
 
 
+class StartWrites(pl.Callback):
+    """The first callback of a run resumed in a dir that holds a previous run: when training starts (after the
+    checkpoint restore, the sanity check and the loop's set-up, before any other ``on_train_start``) it calls
+    :attr:`start`, which builds the loggers and writes the held files, then logs to the new loggers what
+    Lightning logs to them at the start of a fit (the datamodule's hyperparameters, the graph, a save). A fit that
+    trains no step (a run stopped while testing) starts them after the fit (:meth:`begin`), before the test."""
+
+    start: Callable[[], None] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.begin(trainer, pl_module)
+
+    def begin(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Call :attr:`start` once (later calls do nothing) and log the fit's start to the loggers it built."""
+        if self.start is None:
+            return
+        self.start()
+        self.start = None
+        params = trainer.datamodule.hparams_initial if trainer.datamodule is not None else None
+        for logger in trainer.loggers:
+            if params is not None:
+                logger.log_hyperparams(params)
+            logger.log_graph(pl_module)
+            logger.save()
+
+
 def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
     """Train, select the best checkpoint on ``val/acc``, test it, and log everything.
 
@@ -331,24 +359,42 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
     resume_state = ResumeState()
     interrupt = InterruptCheckpoint(output_dir / "checkpoints")
     guards = [resume_state, NonFiniteLossGuard(lr=cfg.optim.lr), interrupt]
-    trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=False, callbacks=[*callbacks, *guards],
+    # a dir that holds a previous run (a resume in place) is written from the start of training on, not before:
+    # a resume that Lightning refuses inside the fit (its checkpoint restore, sanity check, loop set-up) leaves it
+    # byte-identical (attnbench.run.outputs.hold_writes)
+    starts_writes = [StartWrites()] if writes_held() else []
+    trainer: pl.Trainer = build(cfg.trainer, "trainer", logger=False,
+                                callbacks=[*starts_writes, *callbacks, *guards],
                                 default_root_dir=str(output_dir), plugins=[AtomicCheckpointIO()],
                                 **validation)
-    # the loggers last: nothing can refuse the run any more (a CSV log of a resumed run sets the earlier one
-    # aside, a W&B run creates its folder); the Trainer takes them as its `logger=` argument would
-    loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
-    trainer.loggers = loggers
-    if not loggers:  # logger=none, or W&B could not start: no learning rate to log (Lightning would stop the run)
-        trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
-    wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
-    if wandb_logger is not None and rank_zero:
-        resume_state.wandb_run = {"id": wandb_logger.experiment.id, "mode": wandb_logger.experiment.settings.mode}
+    started: dict[str, Any] = {"wandb": None}
+
+    def start_writes() -> None:
+        """Build the loggers (a CSV log of a resumed run sets the earlier one aside, a W&B run creates its folder),
+        give them to the trainer as its ``logger=`` argument would, and write the held ``.hydra/`` copy and log."""
+        loggers = build_loggers(cfg, output_dir, rank_zero, resumed)
+        trainer.loggers = loggers
+        if not loggers:  # logger=none, or W&B could not start: no learning rate to log (Lightning would stop the run)
+            trainer.callbacks[:] = [c for c in trainer.callbacks if not isinstance(c, LearningRateMonitor)]
+        started["wandb"] = wandb_logger = next((lg for lg in loggers if isinstance(lg, WandbLogger)), None)
+        if wandb_logger is not None and rank_zero:
+            resume_state.wandb_run = {"id": wandb_logger.experiment.id,
+                                      "mode": wandb_logger.experiment.settings.mode}
+        release_writes(cfg)
+
     log.info("Training %s on %s: %s parameters, output in %s", cfg.attention.name, cfg.data.name,
              f"{sum(p.numel() for p in module.parameters()):,}", output_dir)
-    release_writes(cfg)  # a resumed run's dir: its .hydra/ copy and train.log are written from here on
+    if starts_writes:
+        starts_writes[0].start = start_writes
+    else:  # the loggers last: nothing before the fit can refuse the run any more
+        start_writes()
     failures = FailureHandler(cfg, output_dir, interrupt)
-    with failures.translating(wandb_logger):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message each
+    with failures.translating(lambda: started["wandb"]):  # NaN loss, OOM, Ctrl-C/SIGTERM, failed writes: one message
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        for callback in starts_writes:  # a fit with no step left to train: the loggers and held files now
+            callback.begin(trainer, module)
+    wandb_logger = started["wandb"]
+    with failures.translating(wandb_logger):
         fit_metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))}
         steps = steps_done_and_planned(trainer)  # whole-run figures: in metrics.json and the loggers' last row
         stopped_by = stop_reason(trainer)

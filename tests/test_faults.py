@@ -306,19 +306,19 @@ def test_a_gpu_trainer_where_torch_has_no_gpu_is_refused_before_torch_loads(monk
                                                                             visible, why):
     """`trainer=gpu` on a machine without CUDA answered after Lightning loaded (15 s on a loaded core) with
     Lightning's "No supported gpu backend found!": the torch-free check answers with the reason and trainer=cpu."""
-    from attnbench.config import check_run_config
+    from attnbench.config import check_accelerator
 
     monkeypatch.setattr("importlib.metadata.version", lambda name: torch_version)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    cfg = compose_cfg(["model=tiny", override])
+    accelerator = compose_cfg(["model=tiny", override]).trainer.accelerator
     if why is None:
-        check_run_config(cfg)
+        check_accelerator(accelerator)
         return
     with pytest.raises(ConfigError) as err:
-        check_run_config(cfg)
+        check_accelerator(accelerator)
     accelerator = "cuda" if override.endswith("cuda") else "gpu"
     assert str(err.value) == (f"trainer.accelerator={accelerator}: this machine has no GPU that torch can use {why}. "
                               "Use trainer=cpu (or trainer.accelerator=auto).")

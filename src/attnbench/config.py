@@ -191,9 +191,10 @@ TARGET_RANGES: dict[str, tuple[str, Callable[[Any], bool], str]] = {
     "trainer.max_steps": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
     "trainer.max_epochs": ("an integer >= 1, or -1 for no limit", _steps, " (0 would test an untrained model)"),
     # Lightning takes these and only fails mid-run (val_check_interval=0, check_val_every_n_epoch=0 and
-    # accumulate_grad_batches=0 divide by zero in the fit), or silently does something else: 0 training batches tests
-    # an untrained model, val_check_interval=0.0 validates after every batch, a negative gradient_clip_val switches clipping off, num_sanity_val_steps=-2
-    # skips the sanity check. (Lightning's own constructor refuses other values, e.g. limit_val_batches=-1.)
+    # accumulate_grad_batches=0 divide by zero in the fit), or silently does something else: 0 training batches
+    # tests an untrained model, val_check_interval=0.0 validates after every batch, a negative gradient_clip_val
+    # switches clipping off, num_sanity_val_steps=-2 skips the sanity check. (Lightning's own constructor refuses
+    # other values, e.g. limit_val_batches=-1.)
     "trainer.val_check_interval": ("a fraction in (0, 1] of an epoch, a number of training batches >= 1, or a time "
                                    "'DD:HH:MM:SS'", _interval, ""),
     "trainer.check_val_every_n_epoch": ("an integer >= 1, or null (validate every val_check_interval batches across "
@@ -297,7 +298,8 @@ def check_model(model: Any) -> None:
 
 def check_run_config(cfg: DictConfig) -> None:
     """Every check that needs no torch, no model and no data: the ranges of :data:`RANGES`, the model's sizes
-    (:func:`check_model`), ``ckpt_path``, ``trainer.precision`` and the data keys.
+    (:func:`check_model`), ``ckpt_path``, ``trainer.precision`` and the data keys. What this machine can run
+    (:func:`check_accelerator`) is not checked here: a SLURM job is composed where it is submitted.
 
     Raises:
         ConfigError: with the key, the value and what it must be.
@@ -318,7 +320,6 @@ def check_run_config(cfg: DictConfig) -> None:
     check_optim(cfg.get("optim") or {})
     check_compile(cfg.get("compile") or {})
     trainer = cfg.get("trainer") or {}
-    check_accelerator(trainer.get("accelerator"))
     check_precision(trainer.get("precision"), (cfg.get("optim") or {}).get("impl"), trainer.get("gradient_clip_val"))
     if cfg.get("data") is not None:
         from attnbench.data.config import DataConfig  # no torch: the data keys' one validation

@@ -27,7 +27,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from attnbench.config import check_attention, check_run_config, config_dir, type_error_message
+from attnbench.config import check_accelerator, check_attention, check_run_config, config_dir, type_error_message
 from attnbench.errors import AttnbenchError, ConfigError
 from attnbench.run.failures import task_wrapper
 from attnbench.run.hydra_callbacks import _SWEEP, HELD_SUBDIR_ENV, settle_sweep, sweep_summary
@@ -163,6 +163,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             value = finished.get(metric) if metric else None
             return float(value) if isinstance(value, int | float) else None
     check_run_config(cfg)  # before torch and Lightning load: a bad value answers in about a second
+    check_accelerator((cfg.get("trainer") or {}).get("accelerator"))  # this machine (the job's) has that device
     check_data_source(cfg)  # no data anywhere: the data error in about a second too
     check_attention(cfg)  # a value the score function refuses: torch only, no Lightning, no data (two seconds)
     from attnbench.run.ddp import ddp_job_scope

@@ -1045,3 +1045,69 @@ def test_a_resume_keeps_the_settings_of_the_run_it_continues(tmp_path):
     unsaved = command(seed=7)
     unsaved.hydra.output_subdir = None
     check_same_run(unsaved, run)  # hydra.output_subdir=null: not checked
+
+
+@pytest.mark.parametrize("killed_after", ["first sidecar", "rename"])
+def test_a_checkpoint_replaced_and_killed_at_any_step_keeps_a_sidecar_that_holds_its_digest(tmp_path, monkeypatch,
+                                                                                           killed_after):
+    """A fresh tester killed a run while it replaced last.ckpt: the old sidecar was removed before the rename and
+    the new one written after, so a kill in between (about 10 ms a save) left last.ckpt unchecked, and a byte
+    flipped later resumed silently. Now the sidecar lists the old and the new digest across the rename: the file
+    left by a kill after either step matches its sidecar, and a flipped byte in it is still refused."""
+    from attnbench.digests import mismatch
+    from attnbench.run import resume
+    from attnbench.run.resume import AtomicCheckpointIO, load_checkpoint
+
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 4, "state_dict": {"w": torch.zeros(10_000)}}, ckpt)
+    real_replace, real_write = resume.replace_checked.__globals__["os"].replace, \
+        resume.replace_checked.__globals__["write_sidecar"]
+
+    class Killed(BaseException):
+        pass
+
+    def write(*args, **kwargs):
+        real_write(*args, **kwargs)
+        if killed_after == "first sidecar":
+            raise Killed
+
+    def replace(src, dst):  # the checkpoint's rename (the sidecar's own write renames a temporary file too)
+        real_replace(src, dst)
+        if killed_after == "rename" and str(dst).endswith(".ckpt"):
+            raise Killed
+
+    monkeypatch.setitem(resume.replace_checked.__globals__, "write_sidecar", write)
+    monkeypatch.setattr(resume.replace_checked.__globals__["os"], "replace", replace)
+    with pytest.raises(Killed):
+        io.save_checkpoint({"global_step": 8, "state_dict": {"w": torch.ones(10_000)}}, ckpt)
+    monkeypatch.undo()
+    assert (tmp_path / "checkpoints" / "last.ckpt.sha256").is_file() and mismatch(ckpt) is None
+    assert load_checkpoint(ckpt)["global_step"] == (4 if killed_after == "first sidecar" else 8)
+    _flip_in_largest_tensor(ckpt)
+    with pytest.raises(ConfigError, match="its SHA-256 differs from the one written with it in last.ckpt.sha256"):
+        load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_last_checkpoint_left_in_a_finished_run_is_kept_not_loaded(tmp_path, damage):
+    """A fresh tester resumed into a dir whose last.ckpt was damaged, from another dir's finished checkpoint: the run
+    trained no step, tested, wrote metrics.json, then the step that links last.ckpt to the best checkpoint
+    torch.loaded the damaged file and ended in a PytorchStreamReader traceback beside the finished metrics. A file
+    that does not load or differs from its sidecar is not the best one's twin: both files stay as they are."""
+    from attnbench.run.outputs import link_last_to_best
+    from attnbench.run.resume import AtomicCheckpointIO
+
+    folder = tmp_path / "checkpoints"
+    io = AtomicCheckpointIO()
+    state = {"global_step": 13, "state_dict": {"w": torch.ones(10_000)}}
+    best, last = folder / "epoch00-step13.ckpt", folder / "last.ckpt"
+    io.save_checkpoint(state, best)
+    io.save_checkpoint(state, last)
+    if damage == "truncated":
+        last.write_bytes(last.read_bytes()[:1000])
+    else:
+        _flip_in_largest_tensor(last)
+    before = last.read_bytes()
+    assert link_last_to_best(best, last) is False
+    assert not last.is_symlink() and last.read_bytes() == before

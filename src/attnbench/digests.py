@@ -30,8 +30,9 @@ def sha256_of(path: str | os.PathLike) -> str:
         return hashlib.file_digest(file, "sha256").hexdigest()
 
 
-def write_sidecar(path: str | os.PathLike, digest: str | None = None) -> Path:
-    """Write ``<path>.sha256`` holding ``digest`` (default: :func:`sha256_of` ``path``) and ``path``'s name, atomically.
+def write_sidecar(path: str | os.PathLike, digest: str | None = None, also: tuple[str, ...] = ()) -> Path:
+    """Write ``<path>.sha256`` holding ``digest`` (default: :func:`sha256_of` ``path``) and ``path``'s name, atomically;
+    ``also``: more digests the file may have, one line each (while a file is replaced: see :func:`replace_checked`).
 
     Raises:
         OSError: the sidecar could not be written (a full disk, no permission), ``filename`` its final path; no
@@ -41,7 +42,8 @@ def write_sidecar(path: str | os.PathLike, digest: str | None = None) -> Path:
     target = sidecar(path)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(f"{digest or sha256_of(path)}  {path.name}\n")
+        digests = dict.fromkeys((digest or sha256_of(path), *also))
+        tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests))
         os.replace(tmp, target)
     except OSError as err:
         tmp.unlink(missing_ok=True)
@@ -63,11 +65,44 @@ def mismatch(path: str | os.PathLike) -> str | None:
     if not side.is_file() or not real.is_file():
         return None
     try:
-        words = side.read_text(errors="replace").split()
+        digests = _digests(side)
     except OSError as err:
         return f"its digest file {side.name} cannot be read ({err.strerror})"
-    if not words or not _HEX.fullmatch(words[0]):
+    if not digests:
         return f"its digest file {side.name} holds no SHA-256 digest"
-    if sha256_of(real) != words[0].lower():
+    if sha256_of(real) not in digests:
         return f"its SHA-256 differs from the one written with it in {side.name}"
     return None
+
+
+def _digests(side: Path) -> list[str]:
+    """The digests of a sidecar's lines (lowercase), up to the first line that holds none."""
+    digests = []
+    for line in side.read_text(errors="replace").splitlines():
+        words = line.split()
+        if not words or not _HEX.fullmatch(words[0]):
+            break
+        digests.append(words[0].lower())
+    return digests
+
+
+def replace_checked(tmp: Path, path: Path, digest: str) -> None:
+    """``os.replace(tmp, path)`` for a file with a sidecar, such that a kill at any moment leaves ``path`` with a
+    sidecar that holds its digest: first the sidecar lists the new digest and the current file's, then the file is
+    replaced, then the sidecar lists the new digest alone. (Removing the sidecar first left a window of about
+    10 ms per save in which a kill left ``path`` unchecked.) ``digest``: :func:`sha256_of` ``tmp``.
+
+    Raises:
+        OSError: from the sidecar's write or the rename (``path`` is then the old file, or the new one with a
+            sidecar listing both).
+    """
+    current: tuple[str, ...] = ()
+    if path.is_file() and not path.is_symlink():  # a link is checked against its target's sidecar
+        side = sidecar(path)
+        try:
+            current = tuple(_digests(side)) if side.is_file() else (sha256_of(path),)
+        except OSError:
+            current = ()
+    write_sidecar(path, digest, also=current)
+    os.replace(tmp, path)
+    write_sidecar(path, digest)

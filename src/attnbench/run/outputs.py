@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from attnbench.digests import remove_sidecar
+from attnbench.digests import mismatch, remove_sidecar
 from attnbench.errors import OutputDirTaken
 from attnbench.paths import atomic_target, write_text_atomically
 
@@ -187,6 +187,9 @@ def link_last_to_best(best: Path, last: Path) -> bool:
     interrupted run resumes from it as before; afterwards ``ckpt_path=<run>/checkpoints/last.ckpt`` loads
     the same state through the link. When the best epoch is an earlier one, both files are kept.
 
+    A file that differs from its sidecar or does not load (a damaged ``last.ckpt`` the run did not replace) is
+    not the same state: both files are kept as they are.
+
     Returns:
         True when ``last`` is now a link to ``best``.
     """
@@ -194,7 +197,12 @@ def link_last_to_best(best: Path, last: Path) -> bool:
         return False
     import torch
 
-    a, b = (torch.load(p, map_location="cpu", weights_only=False, mmap=True) for p in (best, last))
+    if mismatch(best) or mismatch(last):
+        return False
+    try:
+        a, b = (torch.load(p, map_location="cpu", weights_only=False, mmap=True) for p in (best, last))
+    except Exception:  # noqa: BLE001 - unreadable (truncated, not a checkpoint): not the same training state
+        return False
     weights_a, weights_b = a.get("state_dict") or {}, b.get("state_dict") or {}
     if a.get("global_step") != b.get("global_step") or weights_a.keys() != weights_b.keys() \
             or not all(torch.equal(weights_a[k], weights_b[k]) for k in weights_a):

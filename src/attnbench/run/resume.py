@@ -34,7 +34,7 @@ from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from attnbench.digests import mismatch, remove_sidecar, sha256_of, sidecar, write_sidecar
+from attnbench.digests import mismatch, remove_sidecar, replace_checked, sha256_of, sidecar
 from attnbench.errors import ConfigError, NonFiniteLossError, whole_sentences, write_error
 from attnbench.paths import user_path
 from attnbench.run.outputs import copy_file
@@ -144,9 +144,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     - save: ``torch.save`` into ``.<name>.tmp`` in the checkpoint's own folder, then ``os.replace``: a kill or a
       full disk during the write leaves the previous file whole and no partial one under the final name (the
-      temporary file is removed when the write fails); then ``<name>.sha256``. The old sidecar is removed before
-      the rename, so a kill between the two leaves a checkpoint without a sidecar (read unchecked), never one
-      with a stale digest;
+      temporary file is removed when the write fails), with ``<name>.sha256`` kept valid across the rename
+      (:func:`attnbench.digests.replace_checked`): a kill at any moment leaves the checkpoint with a sidecar that
+      holds its digest;
     - load (``trainer.fit``/``trainer.test`` with ``ckpt_path``): :func:`check_digest` first;
     - remove (``ModelCheckpoint`` dropping a superseded file): the sidecar too.
 
@@ -163,9 +163,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as file:  # through Python's file: a full disk is OSError(ENOSPC), not the
                 torch.save(checkpoint, file)  # RuntimeErrors of torch's own stream writer
-            digest = sha256_of(tmp)
-            remove_sidecar(path)
-            os.replace(tmp, path)
+            replace_checked(tmp, path, sha256_of(tmp))
         except BaseException as err:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
@@ -173,7 +171,6 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if isinstance(cause, OSError) and cause.errno is not None and cause.filename in (None, str(tmp)):
                 raise OSError(cause.errno, cause.strerror, str(path)) from err  # the file, not its temporary name
             raise
-        write_sidecar(path, digest)
 
     def load_checkpoint(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> dict[str, Any]:
         check_digest(path)

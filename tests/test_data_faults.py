@@ -369,3 +369,16 @@ def test_a_size_that_is_neither_a_fraction_nor_a_row_count_is_refused(tmp_path, 
 def test_fractions_and_whole_row_counts_are_accepted(tmp_path, key, value):
     dm = toy_module(tmp_path, tmp_path / "cache", **{key: value, "test_split": None})
     assert getattr(dm.cfg if hasattr(dm, "cfg") else dm, key) == value
+
+
+@pytest.mark.parametrize(("typed", "value", "quoted"), [("nan", float("nan"), "nan"), ("1", 1, "1"),
+                                                        ("true", True, "true")])
+def test_a_dataset_name_the_command_line_reads_as_a_number_says_to_quote_it(typed, value, quoted):
+    """`data.name=nan` reached the check as the float nan and was told "must be a non-empty string, got nan", which
+    reads like a string: the message names the type the command line made of it and the quoted override."""
+    from attnbench.data.config import DataConfig
+
+    with pytest.raises(DataConfigError) as err:
+        DataConfig(name=value, hub_id="nobody/toy")
+    assert str(err.value).startswith(f"data.name must be a non-empty string, got {value!r} (a")
+    assert str(err.value).endswith(f"quote it as a string, data.name='\"{quoted}\"')")

@@ -130,8 +130,13 @@ class DataConfig:
         if self.generator is not None:
             self._check_generator()
         for key in ("name", "text_column", "label_column", "train_split"):
-            if not isinstance(getattr(self, key), str) or not getattr(self, key):
-                raise DataConfigError(f"data.{key} must be a non-empty string, got {getattr(self, key)!r}")
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                kind = type(value).__name__
+                typed = ("" if value is None or isinstance(value, str) else
+                         f" ({'an' if kind[0] in 'aeiou' else 'a'} {kind}: the command line reads it as one; quote it "
+                         f"as a string, data.{key}='\"{str(value).lower() if kind == 'bool' else value}\"')")
+                raise DataConfigError(f"data.{key} must be a non-empty string, got {value!r}{typed}")
         if self.test_split is not None and self.test_split == self.train_split:
             raise DataConfigError(f"data.test_split={self.test_split!r} is data.train_split too: name another split, "
                                   "or set data.test_split=null to carve a test set from the training split")

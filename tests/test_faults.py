@@ -104,6 +104,7 @@ def test_bad_values_are_refused_before_any_data_work(override, message):
     assert str(err.value).startswith(message)
 
 
+@pytest.mark.slow  # a subprocess per case: CI runs it
 def test_a_value_a_score_function_refuses_answers_before_lightning_and_data_load(toy, tmp_path):
     """`attention.hidden_dim=-1` (additive), `attention.init_temperature=-1` (cosine) and an option an
     out-of-package score function (hydra.searchpath) refuses were only checked once Lightning had loaded and the

@@ -1048,6 +1048,7 @@ def test_a_new_score_function_joins_every_stage_that_sweeps_all_of_them(tmp_path
     assert sorted(j.overrides["attention"] for j in plain) == packaged
 
 
+@pytest.mark.slow  # a subprocess per case: CI runs it
 def test_the_dry_run_of_an_installed_command_shows_a_new_score_function(tmp_path, data_dir):
     """``attnbench reproduce --dry-run`` from a folder outside the repository, with the scratch score function on
     the search path: its plan's ``compare`` grid lists it and counts its jobs (one seed: one per dataset)."""

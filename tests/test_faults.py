@@ -739,6 +739,8 @@ def test_a_command_refused_before_training_leaves_every_file_of_the_run_dir_as_i
         errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
         assert len(errors) == 1 and message in errors[0], (extra, proc.stderr[-3000:])
         assert "Traceback" not in proc.stderr
+        if "another model" in message:  # refused from the checkpoint's own sizes, before the data loads
+            assert "Parquet" not in proc.stdout + proc.stderr and "tokeniz" not in proc.stdout + proc.stderr, extra
         assert _files(run_dir) == before, extra
         assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged", "finished", "flipped", "stopped"], extra
 

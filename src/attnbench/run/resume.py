@@ -24,6 +24,7 @@ import math
 import os
 import random
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,21 @@ def check_checkpoint_fits(path: str, module: torch.nn.Module) -> None:
         raise ConfigError(f"{path} holds the weights of another model than this run builds ({len(differ)} differ: "
                           f"{shown}, checkpoint vs run). Resume with the model=, attention= and data= settings it "
                           "was trained with (its run's .hydra/config.yaml).")
+
+
+def check_checkpoint_model(path: str, build: Callable[..., torch.nn.Module]) -> None:
+    """:func:`check_checkpoint_fits` before any data work: the run's module is built (``build(vocab_size=...,
+    num_classes=..., max_length=..., pad_id=...)``) with the data sizes the checkpoint was trained with (its
+    ``hyper_parameters``), so another ``model``/``attention`` is refused in the time of a config error. A checkpoint
+    without those sizes (not attnbench's) is checked once the data is known.
+
+    Raises:
+        ConfigError: as :func:`check_checkpoint_fits`.
+    """
+    hparams = load_checkpoint(path).get("hyper_parameters") or {}
+    sizes = {key: hparams.get(key) for key in ("vocab_size", "num_classes", "max_length", "pad_id")}
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in sizes.values()):
+        check_checkpoint_fits(path, build(**sizes))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -50,6 +50,7 @@ from attnbench.run.resume import (
     InterruptCheckpoint,
     ResumeState,
     check_checkpoint_fits,
+    check_checkpoint_model,
     checkpoint_extras,
     planned_steps,
     resolve_checkpoint,
@@ -342,7 +343,8 @@ def train(cfg: DictConfig, config_checked: bool = False) -> dict[str, Any]:
         use_job_command_for_ddp_children(output_dir)  # DDP children run this job, in this output dir
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), output_dir)
     resumed = checkpoint_extras(ckpt_path) if ckpt_path else {}
-    if ckpt_path:
+    if ckpt_path:  # another model's checkpoint: refused before the data loads
+        check_checkpoint_model(ckpt_path, lambda **sizes: build_module(cfg, **sizes))
         log.info("Resuming from %s (epoch %d, step %d)", ckpt_path, resumed["epoch"], resumed["global_step"])
     pl.seed_everything(cfg.seed, workers=True)
 

@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from attnbench.paths import write_text_atomically
+
 SUFFIX = ".sha256"
 _HEX = re.compile(r"[0-9a-fA-F]{64}")
 
@@ -40,13 +42,10 @@ def write_sidecar(path: str | os.PathLike, digest: str | None = None, also: tupl
     """
     path = Path(path)
     target = sidecar(path)
-    tmp = target.with_name(f".{target.name}.tmp")
     try:
         digests = dict.fromkeys((digest or sha256_of(path), *also))
-        tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests))
-        os.replace(tmp, target)
+        write_text_atomically(target, "".join(f"{d}  {path.name}\n" for d in digests))
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise OSError(err.errno, err.strerror, str(target)) from err
     return target
 

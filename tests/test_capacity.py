@@ -107,3 +107,16 @@ def test_a_partly_finished_stage_names_the_cells_with_fewer_seeds():
     text = render_capacity(report.summarise(jobs, ["data.num_pairs", "model.head_dim", "attention", "seed"]))
     d8_uniform = next(line for line in text.split("| d_k = 64")[0].splitlines() if line.startswith("| `uniform`"))
     assert "(1 seed)" in d8_uniform and "(2 seeds)" in d8_uniform
+
+
+def test_the_figure_draws_each_run_as_a_dot_in_its_head_dims_panel():
+    from attnbench.analysis.capacity import capacity_figure
+
+    fig = capacity_figure(_table(), runs=_jobs())
+    for ax, dk in zip(fig.axes, (8, 64)):
+        from matplotlib.collections import PathCollection
+
+        dots = [c for c in ax.collections if isinstance(c, PathCollection)]  # scatter; error bars are LineCollections
+        accs = sorted(y for c in dots for _, y in c.get_offsets())
+        expected = sorted(acc for (d, _), by_load in ACCURACY.items() if d == dk for accs_ in by_load for acc in accs_)
+        assert accs == pytest.approx(expected)

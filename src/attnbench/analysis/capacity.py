@@ -123,10 +123,14 @@ def render_capacity(table: pd.DataFrame) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def capacity_figure(table: pd.DataFrame, title: str = "") -> Any:
-    """A matplotlib Figure (no pyplot state), ``title`` wrapped above it: one panel per head dim, test accuracy (mean over seeds, 95% interval
-    as error bars; none for one seed) against ``data.num_pairs``, one line per score function (the report's colours
-    and markers), and :data:`THRESHOLD` as a dashed line."""
+def capacity_figure(table: pd.DataFrame, title: str = "", runs: pd.DataFrame | None = None) -> Any:
+    """A matplotlib Figure (no pyplot state), ``title`` wrapped above it: one panel per head dim, test accuracy (mean
+    over seeds, 95% interval as error bars; none for one seed) against ``data.num_pairs``, one line per score
+    function (the report's colours and markers), and :data:`THRESHOLD` as a dashed line.
+
+    ``runs``: the report's per-run table (``attention``, ``data.num_pairs``, ``test/acc``, and ``model.head_dim``
+    where it varies); each run's accuracy is drawn as a small dot beside its score function's mean, so that a cell
+    whose seeds split into solved and failed (a wide interval around a mean no seed reached) shows as such."""
     from matplotlib.figure import Figure
 
     from attnbench.analysis.report import _score_styles
@@ -134,19 +138,30 @@ def capacity_figure(table: pd.DataFrame, title: str = "") -> Any:
     by_dk = curves(table)
     names = sorted({name for by_attention in by_dk.values() for name in by_attention})
     styles = _score_styles(names)
-    fig = Figure(figsize=(5.2 * len(by_dk), 4.2), layout="constrained")
+    fig = Figure(figsize=(5.2 * len(by_dk) + 1.2, 4.2), layout="constrained")
     axes = fig.subplots(1, len(by_dk), sharey=True, squeeze=False)
     for ax, (dk, by_attention) in zip(axes[0], by_dk.items()):
-        for name, points in by_attention.items():
+        for i, (name, points) in enumerate(by_attention.items()):
+            # each score function a little aside (±1.2 pairs), so that its bars and seed dots are not hidden
+            shift = 0.0 if len(by_attention) < 2 else 2.4 * (i / (len(by_attention) - 1) - 0.5)
             err = [(points["mean"] - points["lo"]).fillna(0), (points["hi"] - points["mean"]).fillna(0)]
-            ax.errorbar(points["load"], points["mean"], yerr=err, capsize=3, label=name, **styles[name])
+            ax.errorbar(points["load"] + shift, points["mean"], yerr=err, capsize=3, label=name, **styles[name])
+            if runs is not None and {"attention", LOAD, "test/acc"} <= set(runs.columns):
+                mine = runs[(runs["attention"].astype(str) == name) & pd.to_numeric(runs["test/acc"],
+                                                                                    errors="coerce").notna()]
+                if dk is not None and HEAD_DIM in mine:
+                    mine = mine[pd.to_numeric(mine[HEAD_DIM], errors="coerce") == dk]
+                ax.scatter(pd.to_numeric(mine[LOAD], errors="coerce") + shift, pd.to_numeric(mine["test/acc"]),
+                           s=14, facecolors="none", edgecolors=styles[name].get("color"), linewidths=0.8, zorder=3)
         ax.axhline(THRESHOLD, color="grey", linestyle="--", linewidth=0.8)
         ax.set_xlabel("key→value pairs per example (data.num_pairs)")
         ax.set_title(f"d_k = {dk}" if dk is not None else "")
         ax.set_ylim(0, 1.02)
+        ax.set_xticks(sorted({int(x) for points in by_attention.values() for x in points["load"]}))
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("test accuracy (mean, 95% CI over seeds)")
-    axes[0][-1].legend(fontsize=8, loc="lower left")
+    axes[0][0].set_ylabel("test accuracy (mean, 95% CI over seeds; dots: seeds)" if runs is not None
+                          else "test accuracy (mean, 95% CI over seeds)")
+    fig.legend(*axes[0][-1].get_legend_handles_labels(), fontsize=8, loc="outside right center")
     if title:  # wrapped to the figure's width: about 13 characters of 8-point text per inch
         import textwrap
 

@@ -963,7 +963,8 @@ def _title(setting: str, fixed: dict[str, str], width: int = 70) -> str:
 
 
 def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] | None = None,
-            baseline: str = "scaled_dot", notes: list[str] | None = None) -> dict[str, Any]:
+            baseline: str = "scaled_dot", notes: list[str] | None = None,
+            jobs: pd.DataFrame | None = None) -> dict[str, Any]:
     """The plots that the swept keys allow, as ``{file name: matplotlib Figure}`` (no pyplot state).
 
     Every title names the settings held fixed (:func:`attnbench.analysis.stats.headline`); accuracy has a 95% CI
@@ -974,7 +975,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
     drawn at that rate, its legend entry marked ``(disturbed rate)``.
 
     ``notes`` (a list) receives one sentence for each figure the swept keys ask for that is not drawn, and for each
-    variant a drawn ``pareto.png`` leaves out or draws at a disturbed rate, with the reason.
+    variant a drawn ``pareto.png`` leaves out or draws at a disturbed rate, with the reason. ``jobs`` (the per-run
+    table, optional) adds each run's accuracy as a dot to ``capacity.png``.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
@@ -1079,7 +1081,8 @@ def figures(table: pd.DataFrame, variant_keys: list[str], fixed: dict[str, str] 
                 ax.legend(fontsize=8)
         out[name] = fig
     if LOAD in table and "attention" in table:
-        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=10_000))
+        out["capacity.png"] = capacity_figure(with_head_dim(table, fixed), _title("", fixed, width=10_000),
+                                              None if jobs is None else with_head_dim(jobs, fixed))
     return out
 
 
@@ -1109,10 +1112,12 @@ def with_disturbed_rates(table: pd.DataFrame, jobs: pd.DataFrame, variant_keys: 
 
 
 def plot_all(table: pd.DataFrame, variant_keys: list[str], out: Path, fixed: dict[str, str] | None = None,
-             baseline: str = "scaled_dot", notes: list[str] | None = None) -> list[str]:
-    """Write :func:`figures` as PNGs into ``out``; returns their file names (``notes``: see :func:`figures`)."""
+             baseline: str = "scaled_dot", notes: list[str] | None = None,
+             jobs: pd.DataFrame | None = None) -> list[str]:
+    """Write :func:`figures` as PNGs into ``out``; returns their file names (``notes``, ``jobs``: see
+    :func:`figures`)."""
     written = []
-    for name, fig in figures(table, variant_keys, fixed, baseline, notes).items():
+    for name, fig in figures(table, variant_keys, fixed, baseline, notes, jobs).items():
         with atomic_target(out / name) as tmp:
             fig.savefig(tmp, dpi=120)
         written.append(name)
@@ -1225,7 +1230,7 @@ def build_report(jobs: pd.DataFrame, swept: list[str], source: str, out: Path, b
             lines += [f"## {title}", "", *([intro, ""] if intro else []), body, ""]
     lines += ["## Settings", "", fixed_text(fixed), ""]
     notes: list[str] = []
-    plots = (plot_all(with_disturbed_rates(table, jobs, variant_keys), variant_keys, out, fixed, baseline, notes)
+    plots = (plot_all(with_disturbed_rates(table, jobs, variant_keys), variant_keys, out, fixed, baseline, notes, jobs)
              if not table.empty else [])
     if table.empty:
         notes.append("No figure is drawn: no job finished.")

@@ -65,16 +65,32 @@ def git(*args: str, cwd: Path = REPO_ROOT) -> str:
     return proc.stdout.strip()
 
 
+def training_overrides(command: str) -> list[str] | None:
+    """The Hydra overrides of a manifest job's ``command`` when it trains (``<path>/train.py ...``,
+    ``-m attnbench train ...`` or ``attnbench train ...``); None for any other command (the cost benchmarks)."""
+    words = command.split()
+    for i, word in enumerate(words):
+        if Path(word).name == "train.py":
+            return words[i + 1:]
+        if Path(word).name == "attnbench" and words[i + 1:i + 2] == ["train"]:
+            return words[i + 2:]
+    return None
+
+
 def stage_configs(manifest: dict) -> list[tuple[str, str, dict[str, str]]]:
     """Distinct ``(commit, stage, config overrides)`` of the manifest's training jobs, in manifest order.
 
-    A job that resumed on another commit contributes each of its commits. Jobs that do not run
-    ``train.py`` (the cost benchmarks) are left out.
+    A job that resumed on another commit contributes each of its commits. Jobs that do not train
+    (:func:`training_overrides`: the cost benchmarks) are left out.
+
+    Raises:
+        SystemExit: a training job ran on a dirty tree (``+dirty``), or the manifest has jobs but none of them
+            is recognised as training (a check of nothing would pass vacuously).
     """
     seen, out = set(), []
     for name, job in manifest["jobs"].items():
-        words = job.get("command", "").split()
-        if not words or Path(words[0]).name != "train.py":
+        words = training_overrides(job.get("command", ""))
+        if words is None:
             continue
         overrides = dict(w.split("=", 1) for w in words if "=" in w)
         config = {k: overrides[k] for k in CONFIG_KEYS if k in overrides}
@@ -85,6 +101,10 @@ def stage_configs(manifest: dict) -> list[tuple[str, str, dict[str, str]]]:
             if key not in seen:
                 seen.add(key)
                 out.append((commit, name.split("/")[0], config))
+    if manifest["jobs"] and not out:
+        raise SystemExit(f"none of the manifest's {len(manifest['jobs'])} job(s) is recognised as a training run "
+                         f"(a command with train.py or 'attnbench train'), so there is nothing to check; first "
+                         f"command: {next(iter(manifest['jobs'].values())).get('command', '')!r}")
     return out
 
 
@@ -175,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     head = git("rev-parse", "--short=12", "HEAD")
     checks = stage_configs(json.loads(args.manifest.read_text()))
     if args.only:
+        stages = sorted({c[1] for c in checks})
         checks = [c for c in checks if c[1] == args.only]
+        if not checks:
+            parser.error(f"--only {args.only}: the manifest has no training job of that stage (stages: "
+                         f"{', '.join(stages)})")
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbench-codecheck-"))
     start = time.perf_counter()
     results, references = [], {}

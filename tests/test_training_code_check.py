@@ -39,6 +39,9 @@ def test_stage_configs_keeps_each_commit_stage_and_config_once_and_skips_the_ben
                                        "trainer=cpu hydra.run.dir=/o/c ckpt_path=last", "aaa", "bbb"),
         "long_context/dot-L512-imdb-s0": _job("/x/train.py experiment=long_context seed=0 data.max_length=512 "
                                               "attention=dot trainer=cpu", "bbb"),
+        # attnbench reproduce's command since the one-command CLI: python -m attnbench train ...
+        "capacity/dot-p8-dk8-s0": _job("-m attnbench train experiment=capacity seed=0 data.num_pairs=8 "
+                                       "model.head_dim=8 attention=dot trainer=cpu", "bbb"),
         "cost/attention": _job("scripts/bench_attention.py --out /o/cost --threads 2", "bbb"),
         "cost/train_throughput": _job("scripts/bench_train.py --attention dot,additive --repeats 3", "bbb"),
     }}
@@ -47,7 +50,11 @@ def test_stage_configs_keeps_each_commit_stage_and_config_once_and_skips_the_ben
         ("aaa", "compare", {"experiment": "compare", "data": "imdb"}),
         ("bbb", "compare", {"experiment": "compare", "data": "imdb"}),
         ("bbb", "long_context", {"experiment": "long_context", "data.max_length": "512"}),
+        ("bbb", "capacity", {"experiment": "capacity", "model.head_dim": "8"}),
     ]
+    benchmarks_only = {"jobs": {k: v for k, v in manifest["jobs"].items() if k.startswith("cost/")}}
+    with pytest.raises(SystemExit, match="none of the manifest's 2 job"):  # nothing to check is no pass
+        check.stage_configs(benchmarks_only)
     manifest["jobs"]["compare/dot-sst2-s0"]["commits"] = ["ccc+dirty"]
     with pytest.raises(SystemExit, match="compare/dot-sst2-s0 ran on ccc\\+dirty"):
         check.stage_configs(manifest)

@@ -609,6 +609,19 @@ def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
     assert sorted(line.split(",")[0] for line in report_csv.splitlines()[1:]) == ["dot", "scaled_dot"]
     with pytest.raises(SystemExit):
         reproduce.main(["--out", str(out), "--report-only", "--no-report"])
+    # beside a reproduction that holds the dir: a stage with a job still to run is refused, a finished one reported
+    held = reproduce.lock_results_dir(out)
+    try:
+        with pytest.raises(SystemExit, match="compare still has jobs to run"):
+            reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid",
+                            "attention=dot,scaled_dot,additive", "--report-only"])
+        (out / "compare" / "report" / "report.csv").unlink()
+        assert reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid",
+                               "attention=dot,scaled_dot", "--report-only"]) == 0
+        assert (out / "compare" / "report" / "report.csv").is_file()
+        assert (out / "manifest.json").read_bytes() == manifest
+    finally:
+        held.close()
 
 
 @pytest.mark.slow  # trains three tiny jobs (module fixture): CI's second step

@@ -47,7 +47,8 @@ the same command again. A failed job is logged and the others go on; the exit st
 At the end: ``attnbench report`` for each stage (``<out>/<stage>/report/``) of every run in ``<out>/<stage>``
 (not only the part this command ran), and with ``--publish`` its tables, figures and run records go to
 ``docs/results/<device>/`` and the generated README/docs tables are rewritten, all or nothing (:func:`publish`).
-``--report-only`` runs no job: only the reports (and ``--publish``) of the stages given. Every job's log is
+``--report-only`` runs no job: only the reports (and ``--publish``) of the stages given; it also runs beside a
+reproduction that holds the results dir, for stages whose every job is done (a stage in progress is refused). Every job's log is
 ``<out>/<stage>/logs/<run name>.log``; ``<out>/manifest.json`` records, per job, the git commit it ran on, its
 wall time and its status.
 
@@ -521,7 +522,8 @@ def lock_results_dir(out: Path):
         handle.close()
         raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), or a job it started that is "
                          "still running: two at once would start the same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
-                         "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, and "
+                         "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, --report-only "
+                         "(and --publish) takes the stages whose every job is done, and "
                          f"`attnbench report {out}/<stage>` reports the jobs finished so far.") from None
     handle.seek(0)
     handle.truncate()
@@ -530,6 +532,26 @@ def lock_results_dir(out: Path):
     global _LOCK_FILE
     _LOCK_FILE = handle
     return handle
+
+
+def results_dir_holder(out: Path) -> str | None:
+    """Who holds ``<out>/.reproduce.lock`` (:func:`lock_results_dir`): its line (``pid ..., started ...``), or None
+    when no process does (or the OS has no ``fcntl``). Takes the lock for an instant only."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = out / ".reproduce.lock"
+    if not path.is_file():
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return handle.read().strip() or "a process"
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
 
 
 def save_manifest(out: Path, manifest: dict) -> None:
@@ -1294,7 +1316,12 @@ def _main(argv: list[str] | None = None) -> int:
     out = (args.out or ROOT / "results" / args.device).resolve()
     if not args.dry_run:  # a dry run writes nothing
         out.mkdir(parents=True, exist_ok=True)
-    lock = None if args.dry_run or args.write_estimates or args.save_progress else lock_results_dir(out)  # noqa: F841
+    # --report-only runs no job and saves no manifest, so it takes no lock: beside a reproduction that holds the dir
+    # it reports only stages whose every job is done (checked below, once the plan is known)
+    reads_only = args.dry_run or args.write_estimates or args.save_progress or (args.report_only
+                                                                                 and not args.from_published)
+    holder = results_dir_holder(out) if args.report_only and not args.from_published else None
+    lock = None if reads_only else lock_results_dir(out)  # noqa: F841
     manifest = load_manifest(out)
     if args.save_progress:  # no plan, no lock: it reads finished runs only, also while a reproduction runs
         saved = save_progress([s for s in stages if s in TRAIN_STAGES], out, args.device, manifest)
@@ -1326,6 +1353,13 @@ def _main(argv: list[str] | None = None) -> int:
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
     for line in grid_lines(jobs):
         print(line)
+    if holder:
+        unfinished = {job.stage for job in jobs if job.stage in TRAIN_STAGES and job.status() != "done"}
+        if unfinished:
+            raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), and "
+                             f"{', '.join(s for s in stages if s in unfinished)} still has jobs to run: a report of it "
+                             "now would be of a stage in progress. --report-only beside a running reproduction takes "
+                             "only stages whose every job is done: pass --stages with those, or wait for it.")
     problems = [] if args.report_only or args.write_estimates else data_problems(jobs)
     for problem in problems:
         print(f"data: {problem}", flush=True)

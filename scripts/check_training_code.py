@@ -17,16 +17,23 @@ commit's code), and compares it with the same run of the current checkout:
 Both runs happen on this machine, one after another, on one torch thread, so
 floating-point order cannot differ between them; a difference therefore
 means that data, tokenizer, initialisation, optimiser or step changed.
-The score functions' code is compared by ``git diff`` (the files listed per
-commit); running each of seven score functions on each commit would add
-nothing the diff does not show, since only ``scaled_dot`` is trained here.
+``scaled_dot`` is trained for every (commit, stage, dataset); each other score
+function the stage ran is trained as well where ``git diff`` shows a change to
+its own files since the commit (``attention/<name>*.py``/``.cpp``/``.h``,
+``conf/attention/<name>.yaml``), and every one of them where a shared file of
+``attention/`` changed (:func:`touched_score_functions`): the model, module and
+optimiser are run by ``scaled_dot``'s check, a score function's own code only
+by its own.
 
 Writes ``--json`` (default ``docs/results/cpu/training_code_check.json``)
 whole or not at all: ``{"meta": {head, steps, torch, processor, seconds},
-"checks": [{commit, stage, overrides, changed_files, identical, ...}]}``.
+"checks": [{commit, stage, overrides, attention, head, changed_files, identical, ...}]}``.
+With ``--only STAGE`` the record's rows of other stages are kept (each with the
+``head`` it was checked against) and that stage's rows replaced.
 
     taskset -c 1 python scripts/check_training_code.py --work /tmp/codecheck   # 30-40 min on one core
     python scripts/check_training_code.py --steps 20 --only compare
+    python scripts/check_training_code.py --only capacity   # re-check one stage, keep the others' rows
 
 Exit status 1 when any run differs, 2 on bad arguments.
 """
@@ -47,6 +54,7 @@ import time
 from pathlib import Path
 
 from attnbench.bench.train import cpu_model
+from attnbench.paths import write_text_atomically
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFEST = REPO_ROOT / "docs" / "results" / "cpu" / "manifest.json"
@@ -108,8 +116,39 @@ def stage_configs(manifest: dict) -> list[tuple[str, str, dict[str, str]]]:
     return out
 
 
-def train(checkout: Path, config: dict[str, str], steps: int, log_every: int, out_dir: Path) -> None:
-    """Train ``steps`` steps of ``config`` with ``checkout``'s code into ``out_dir`` (one torch thread).
+def attentions_run(manifest: dict, commit: str, stage: str, config: dict[str, str]) -> set[str]:
+    """The score functions (``attention=``) of the manifest's training jobs of ``stage`` with ``config`` that ran on
+    ``commit`` (:func:`stage_configs`' key)."""
+    names = set()
+    for name, job in manifest["jobs"].items():
+        words = training_overrides(job.get("command", ""))
+        if words is None or name.split("/")[0] != stage or commit not in job.get("commits", []):
+            continue
+        overrides = dict(w.split("=", 1) for w in words if "=" in w)
+        if {k: overrides[k] for k in CONFIG_KEYS if k in overrides} == config and "attention" in overrides:
+            names.add(overrides["attention"])
+    return names
+
+
+def touched_score_functions(changed: list[str], ran: set[str], known: set[str]) -> list[str]:
+    """The score functions of ``ran`` whose code ``changed`` (paths relative to the repository root) touches: a
+    file of ``src/attnbench/attention/`` or ``conf/attention/`` named after a score function of ``known`` (its
+    module, ``<name>_kernel.cpp``, its YAML) touches that one; any other file there (``base.py``, the multi-head
+    module, shared kernels) touches every one. ``scaled_dot``, trained by every check, is left out."""
+    touched: set[str] = set()
+    for path in changed:
+        if not path.startswith(("src/attnbench/attention/", "conf/attention/")):
+            continue
+        stem = Path(path).name.split(".")[0]
+        own = {n for n in known | ran if stem == n or stem.startswith(f"{n}_")}
+        touched |= (own & ran) if own else set(ran)
+    return sorted(touched - {"scaled_dot"})
+
+
+def train(checkout: Path, config: dict[str, str], steps: int, log_every: int, out_dir: Path,
+          attention: str = "scaled_dot") -> None:
+    """Train ``steps`` steps of ``config`` with ``attention`` and ``checkout``'s code into ``out_dir`` (one torch
+    thread).
 
     A run that finished before (its ``metrics.json`` is written last) is kept, so that a check stopped midway
     continues where it stopped when given the same ``--work``; a run that did not finish is trained again."""
@@ -118,7 +157,7 @@ def train(checkout: Path, config: dict[str, str], steps: int, log_every: int, ou
     shutil.rmtree(out_dir, ignore_errors=True)
     val_every = max(1, steps // 2)
     overrides = [f"{k}={v}" for k, v in config.items()] + [
-        "attention=scaled_dot", "seed=0", "trainer=cpu", "logger=csv", f"trainer.max_steps={steps}",
+        f"attention={attention}", "seed=0", "trainer=cpu", "logger=csv", f"trainer.max_steps={steps}",
         f"trainer.log_every_n_steps={log_every}", f"trainer.val_check_interval={val_every}",
         "trainer.limit_val_batches=5", "trainer.limit_test_batches=5", "trainer.enable_progress_bar=false",
         f"hydra.run.dir={out_dir}"]
@@ -200,29 +239,35 @@ def main(argv: list[str] | None = None) -> int:
         if not checks:
             parser.error(f"--only {args.only}: the manifest has no training job of that stage (stages: "
                          f"{', '.join(stages)})")
+    manifest = json.loads(args.manifest.read_text())
+    known = {p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml")}
     work = args.work or Path(tempfile.mkdtemp(prefix="attnbench-codecheck-"))
     start = time.perf_counter()
     results, references = [], {}
-    print(f"{len(checks)} (commit, stage, config) to check against HEAD {head}, {args.steps} steps each; work in {work}")
+    print(f"{len(checks)} (commit, stage, config) to check against HEAD {head}, {args.steps} steps each, "
+          f"scaled_dot and each score function whose files changed; work in {work}")
     try:
         for i, (commit, stage, config) in enumerate(checks, 1):
-            label = "-".join(f"{v}" for v in config.values()).replace("/", "_")
-            ref_key = tuple(sorted(config.items()))
-            if ref_key not in references:
-                references[ref_key] = work / "runs" / f"HEAD-{label}"
-                train(REPO_ROOT, config, args.steps, args.log_every, references[ref_key])
+            changed = git("diff", "--name-only", commit, "HEAD", "--", *TRAINING_PATHS).splitlines()
+            extra = touched_score_functions(changed, attentions_run(manifest, commit, stage, config), known)
             checkout = work / "worktrees" / commit
             if not checkout.exists():
                 git("worktree", "add", "--detach", str(checkout), commit)
-            run_dir = work / "runs" / f"{commit}-{label}"
-            train(checkout, config, args.steps, args.log_every, run_dir)
-            changed = git("diff", "--name-only", commit, "HEAD", "--", *TRAINING_PATHS).splitlines()
-            row = {"commit": commit, "stage": stage, "overrides": config, "changed_files": changed,
-                   **compare_runs(references[ref_key], run_dir)}
-            results.append(row)
-            print(f"[{i}/{len(checks)}] {commit} {stage} {config}: "
-                  f"{'identical' if row['identical'] else 'DIFFERS'} ({row['n_tensors']} tensors, "
-                  f"{row['n_logged']} logged values; changed since: {', '.join(changed) or 'nothing'})", flush=True)
+            for attention in ["scaled_dot", *extra]:
+                label = "-".join([attention, *(f"{v}" for v in config.values())]).replace("/", "_")
+                ref_key = (attention, tuple(sorted(config.items())))
+                if ref_key not in references:
+                    references[ref_key] = work / "runs" / f"HEAD-{label}"
+                    train(REPO_ROOT, config, args.steps, args.log_every, references[ref_key], attention)
+                run_dir = work / "runs" / f"{commit}-{label}"
+                train(checkout, config, args.steps, args.log_every, run_dir, attention)
+                row = {"commit": commit, "stage": stage, "overrides": config, "attention": attention, "head": head,
+                       "changed_files": changed, **compare_runs(references[ref_key], run_dir)}
+                results.append(row)
+                print(f"[{i}/{len(checks)}] {commit} {stage} {config} {attention}: "
+                      f"{'identical' if row['identical'] else 'DIFFERS'} ({row['n_tensors']} tensors, "
+                      f"{row['n_logged']} logged values; changed since: {', '.join(changed) or 'nothing'})",
+                      flush=True)
     finally:
         for commit in {c for c, _, _ in checks}:
             if (work / "worktrees" / commit).exists():
@@ -230,14 +275,17 @@ def main(argv: list[str] | None = None) -> int:
                                cwd=REPO_ROOT, capture_output=True)
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
-    meta = {"head": head, "steps": args.steps, "log_every": args.log_every, "attention": "scaled_dot", "seed": 0,
+    meta = {"head": head, "steps": args.steps, "log_every": args.log_every, "seed": 0,
             "torch": torch.__version__, "processor": cpu_model(), "machine": platform.machine(),
             "seconds": round(time.perf_counter() - start, 1),
             "command": " ".join(["scripts/check_training_code.py", *(argv if argv is not None else sys.argv[1:])])}
+    kept = []
+    if args.only and args.json.is_file():  # the other stages' rows stay, each with the head it was checked against
+        old = json.loads(args.json.read_text())
+        kept = [{**row, "head": row.get("head", old["meta"]["head"])} for row in old["checks"]
+                if row["stage"] != args.only]
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "checks": results}, indent=1) + "\n")
-    tmp.replace(args.json)
+    write_text_atomically(args.json, json.dumps({"meta": meta, "checks": kept + results}, indent=1) + "\n")
     n_same = sum(r["identical"] for r in results)
     print(f"{n_same} of {len(results)} identical to HEAD {head} in {meta['seconds']:.0f} s; written {args.json}")
     return 0 if n_same == len(results) else 1

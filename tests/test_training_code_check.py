@@ -98,19 +98,44 @@ def test_compare_runs_sees_a_one_ulp_weight_change_and_a_changed_loss_but_not_th
 def test_the_published_check_covers_every_published_run_and_found_each_identical():
     record = json.loads((PUB / "training_code_check.json").read_text())
     manifest = json.loads((PUB / "manifest.json").read_text())
-    expected = check.stage_configs(manifest)
-    checked = [(row["commit"], row["stage"], row["overrides"]) for row in record["checks"]]
-    assert checked == expected
-    assert record["meta"]["steps"] >= 60 and record["meta"]["attention"] == "scaled_dot"
+    known = {p.stem for p in (REPO_ROOT / "conf" / "attention").glob("*.yaml")}
+    key = lambda commit, stage, overrides: json.dumps([commit, stage, overrides], sort_keys=True)  # noqa: E731
+    checked = {key(r["commit"], r["stage"], r["overrides"]) for r in record["checks"]
+               if r.get("attention", "scaled_dot") == "scaled_dot"}
+    assert checked == {key(*c) for c in check.stage_configs(manifest)}
+    assert record["meta"]["steps"] >= 60
+    by_attention = {(key(r["commit"], r["stage"], r["overrides"]), r.get("attention", "scaled_dot")): r
+                    for r in record["checks"]}
     for row in record["checks"]:
         assert row["identical"] and row["weights_equal"] and row["logged_equal"], row
         # weights of the whole model, and the loss at every logged step plus validation and test
         assert row["n_tensors"] >= 30 and row["n_logged"] >= record["meta"]["steps"] // record["meta"]["log_every"]
-        # only scaled_dot trains in the check: the other score functions stand on their own files (the score
-        # modules and their configs) being unchanged. The model, the Lightning module and the optimizer are run by
-        # every score function, scaled_dot's check included, whose weights and losses came out bit for bit
-        untested = ("src/attnbench/attention/", "conf/attention/")
-        assert not [f for f in row["changed_files"] if f.startswith(untested)], row
+        # the model, the Lightning module and the optimizer run in scaled_dot's check; a score function whose own
+        # files (or the shared attention files) changed since the commit has its own check, identical too
+        ran = check.attentions_run(manifest, row["commit"], row["stage"], row["overrides"])
+        for name in check.touched_score_functions(row["changed_files"], ran, known):
+            assert (key(row["commit"], row["stage"], row["overrides"]), name) in by_attention, (name, row)
+
+
+def test_touched_score_functions_maps_changed_files_to_the_score_functions_that_ran():
+    known, ran = {"dot", "scaled_dot", "additive", "cosine", "uniform"}, {"dot", "scaled_dot", "additive"}
+    assert check.touched_score_functions(["src/attnbench/run/train.py"], ran, known) == []
+    assert check.touched_score_functions(["src/attnbench/attention/additive_kernel.cpp",
+                                          "conf/attention/dot.yaml"], ran, known) == ["additive", "dot"]
+    assert check.touched_score_functions(["src/attnbench/attention/scaled_dot.py"], ran, known) == []
+    # a score function the stage did not run (uniform, new) touches nothing; a shared file touches every one
+    assert check.touched_score_functions(["src/attnbench/attention/uniform.py"], ran, known) == []
+    assert check.touched_score_functions(["src/attnbench/attention/base.py"], ran, known) == ["additive", "dot"]
+    manifest = {"jobs": {
+        "capacity/dot-p8-dk8-s0": _job("-m attnbench train experiment=capacity seed=0 data.num_pairs=8 "
+                                       "model.head_dim=8 attention=dot trainer=cpu", "aaa"),
+        "capacity/l2-p16-dk8-s1": _job("-m attnbench train experiment=capacity seed=1 data.num_pairs=16 "
+                                       "model.head_dim=8 attention=l2 trainer=cpu", "aaa", "bbb"),
+        "capacity/cosine-p8-dk64-s0": _job("-m attnbench train experiment=capacity seed=0 data.num_pairs=8 "
+                                           "model.head_dim=64 attention=cosine trainer=cpu", "aaa")}}
+    config = {"experiment": "capacity", "model.head_dim": "8"}
+    assert check.attentions_run(manifest, "aaa", "capacity", config) == {"dot", "l2"}
+    assert check.attentions_run(manifest, "bbb", "capacity", config) == {"l2"}
 
 
 @pytest.mark.release

@@ -1,5 +1,5 @@
-"""The published tables come back from the repository alone: ``scripts/reproduce.py --publish`` keeps each reported
-run's record (the files ``scripts/report.py`` reads) in ``docs/results/cpu/runs/<stage>/``, and the report of those
+"""The published tables come back from the repository alone: ``attnbench reproduce --publish`` keeps each reported
+run's record (the files ``attnbench report`` reads) in ``docs/results/cpu/runs/<stage>/``, and the report of those
 records is the published ``<stage>.csv`` and ``<stage>_jobs.csv``, run for run (docs/results.md, "Run records").
 
 The stages published before records were kept have none: their run dirs were lost with the machine that ran them.

@@ -1266,9 +1266,13 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
     return [{key: values[0], **row} for row in rows]
 
 
+#: an archived stage table: ``docs/results/<device>/archive/<name>/<stage>.csv`` (:func:`render`)
+ARCHIVED = re.compile(r"docs/results/(?P<device>[^/]+)/archive/[^/]+/(?P<stage>[^/]+)\.csv")
+
+
 def render(source: str, root: Path = REPO_ROOT) -> str:
     """The table for ``source``: a name of :data:`CONFIG_RENDERERS` (the config of ``root``), else a path
-    relative to ``root``. A stage's report.csv without its setting column
+    relative to ``root`` (an archived stage table, :data:`ARCHIVED`, renders as its stage's). A stage's report.csv without its setting column
     (one dataset, one d_k, one length: report.py names only varying settings) takes it from the
     ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`). A source in :data:`COMPARED_WITH` is rendered
     against its other file (both read under ``root``).
@@ -1280,7 +1284,10 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     """
     if source in CONFIG_RENDERERS:
         return CONFIG_RENDERERS[source](root)
-    if source not in RENDERERS:
+    archived = ARCHIVED.fullmatch(source)  # an earlier publication of a stage, with its _jobs.csv: as the stage's
+    name = (f"docs/results/{archived['device']}/{archived['stage']}.csv" if archived and source not in RENDERERS
+            else source)
+    if name not in RENDERERS:
         raise KeyError(f"no renderer for generated table source {source!r}; known: "
                        f"{sorted(RENDERERS) + sorted(CONFIG_RENDERERS)}")
     def csv_rows(path: str) -> list[dict[str, str]]:
@@ -1288,7 +1295,7 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
 
     if source in COMPARED_WITH:
         try:
-            return RENDERERS[source](csv_rows(source), csv_rows(COMPARED_WITH[source]))
+            return RENDERERS[name](csv_rows(source), csv_rows(COMPARED_WITH[source]))
         except ValueError as err:
             raise ValueError(f"{source} against {COMPARED_WITH[source]}: {err}") from None
     if source.endswith(".csv"):
@@ -1301,10 +1308,10 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
             for key in (keys,) if isinstance(keys, str) else keys:
                 rows = fill_fixed_setting(rows, jobs_rows, key, source)
         try:
-            return RENDERERS[source](rows)
+            return RENDERERS[name](rows)
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-    return RENDERERS[source](json.loads((root / source).read_text(encoding="utf-8")))
+    return RENDERERS[name](json.loads((root / source).read_text(encoding="utf-8")))
 
 
 def regenerate(text: str, root: Path = REPO_ROOT) -> str:

@@ -921,8 +921,9 @@ def _is_number(value: str) -> bool:
     return True
 
 
-RENDERERS.update({f"docs/results/{device}/{stage}_jobs.csv": functools.partial(render_equivalence, setting="data")
-                  for device in ("cpu", "gpu") for stage in ("compare", TUNED_STAGE)})
+RENDERERS.update({f"docs/results/{device}/{stage}_jobs.csv": functools.partial(render_equivalence, setting=setting)
+                  for device in ("cpu", "gpu")
+                  for stage, setting in (("compare", "data"), (TUNED_STAGE, "data"), ("long_context", "data.max_length"))})
 
 
 # --------------------------------------------------------------------------- tables of the composed config

@@ -620,6 +620,12 @@ def test_report_only_runs_no_job(finished_runs, tmp_path, capsys):
                                "attention=dot,scaled_dot", "--report-only"]) == 0
         assert (out / "compare" / "report" / "report.csv").is_file()
         assert (out / "manifest.json").read_bytes() == manifest
+        (out / "compare" / "cosine-trec-s0").mkdir()  # a run outside this --grid, still training: the report has it
+        with pytest.raises(SystemExit, match="compare still has jobs to run"):
+            reproduce.main(["--out", str(out), "--stages", "compare", *_TINY, "--grid",
+                            "attention=dot,scaled_dot", "--report-only"])
+        with pytest.raises(SystemExit, match="leave cost out of --stages"):
+            reproduce.main(["--out", str(out), "--stages", "cost", "--report-only"])
     finally:
         held.close()
 
@@ -1100,3 +1106,23 @@ def test_jobs_side_by_side_give_the_metrics_of_the_same_jobs_one_at_a_time(tmp_p
         cpus.add(tuple(side["cpus"]))
         assert outcome(side) == outcome(single), name
     assert len(cpus) == 2
+
+
+def test_a_second_publication_at_once_is_refused_and_writes_nothing(tmp_path, monkeypatch):
+    """A publication stages README.md and docs/ and writes back what changed: two at once (now that --report-only
+    runs beside a reproduction) would revert each other's files. The second is refused while the first holds the
+    checkout's publish lock."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "docs" / "results" / "cpu").mkdir(parents=True)
+    (repo / "README.md").write_text("# r\n")
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    first = reproduce._hold_publish_lock("cpu")
+    try:
+        with pytest.raises(reproduce.PublishError, match="another attnbench reproduce --publish"):
+            reproduce.publish(["compare"], tmp_path / "out", "cpu", started=0.0)
+    finally:
+        first.close()
+    with pytest.raises(reproduce.PublishError, match="no stage of compare has results"):  # free again
+        reproduce.publish(["compare"], tmp_path / "out", "cpu", started=0.0)
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "docs"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from attnbench.analysis.stats import STATUS_OK
 from attnbench.analysis.tables import attention_order, md_table
 
 #: the memory load (pairs per example) and the head dim columns of the capacity experiment's report
@@ -129,7 +130,7 @@ def capacity_figure(table: pd.DataFrame, title: str = "", runs: pd.DataFrame | N
     function (the report's colours and markers), and :data:`THRESHOLD` as a dashed line.
 
     ``runs``: the report's per-run table (``attention``, ``data.num_pairs``, ``test/acc``, and ``model.head_dim``
-    where it varies); each run's accuracy is drawn as a small dot beside its score function's mean, so that a cell
+    where it varies; ``status``, where present, keeps the finished runs); each run's accuracy is drawn as a small dot beside its score function's mean, so that a cell
     whose seeds split into solved and failed (a wide interval around a mean no seed reached) shows as such."""
     from matplotlib.figure import Figure
 
@@ -147,8 +148,10 @@ def capacity_figure(table: pd.DataFrame, title: str = "", runs: pd.DataFrame | N
             err = [(points["mean"] - points["lo"]).fillna(0), (points["hi"] - points["mean"]).fillna(0)]
             ax.errorbar(points["load"] + shift, points["mean"], yerr=err, capsize=3, label=name, **styles[name])
             if runs is not None and {"attention", LOAD, "test/acc"} <= set(runs.columns):
-                mine = runs[(runs["attention"].astype(str) == name) & pd.to_numeric(runs["test/acc"],
-                                                                                    errors="coerce").notna()]
+                mine = runs[(runs["attention"].astype(str) == name)
+                            & pd.to_numeric(runs["test/acc"], errors="coerce").notna()]
+                if "status" in mine:  # finished runs only: a run stopped early has a partial test/acc
+                    mine = mine[mine["status"] == STATUS_OK]
                 if dk is not None and HEAD_DIM in mine:
                     mine = mine[pd.to_numeric(mine[HEAD_DIM], errors="coerce") == dk]
                 ax.scatter(pd.to_numeric(mine[LOAD], errors="coerce") + shift, pd.to_numeric(mine["test/acc"]),

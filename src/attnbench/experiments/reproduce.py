@@ -1072,6 +1072,34 @@ def prune_empty(folder: Path, stop: Path) -> None:
         path.rmdir()
 
 
+def _hold_publish_lock(device: str):
+    """Hold ``.git/attnbench-publish-<device>.lock`` (an exclusive ``flock``; outside the work tree) of the
+    repository for as long as the returned file is open: a publication stages a copy of README.md and docs/ and
+    writes back the files that changed, so a second one at the same time would revert the first's files. ``None``
+    where the OS has no ``fcntl`` or the checkout has no ``.git`` directory.
+
+    Raises:
+        PublishError: another publication holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    git_dir = ROOT / ".git"
+    if git_dir.is_file():  # a worktree: ".git" names its git dir
+        git_dir = (ROOT / git_dir.read_text().split(":", 1)[1].strip()).resolve()
+    if not git_dir.is_dir():
+        return None
+    handle = open(git_dir / f"attnbench-publish-{device}.lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise PublishError("another attnbench reproduce --publish is writing README.md and docs/ of this checkout; "
+                           "nothing published: run this one again when it has finished") from None
+    return handle
+
+
 def publish(stages: list[str], out: Path, device: str, started: float) -> list[Path]:
     """Publish the reports of ``stages`` (each ``<out>/<stage>/report/``, of every run in ``<out>/<stage>``) to
     ``docs/results/<device>/`` and rewrite the generated tables of README.md and docs/ from them, all or nothing.
@@ -1097,6 +1125,7 @@ def publish(stages: list[str], out: Path, device: str, started: float) -> list[P
     import filecmp
     import tempfile
 
+    held = _hold_publish_lock(device)  # noqa: F841  (released when publish returns)
     with tempfile.TemporaryDirectory(prefix="attnbench-publish-") as tmp:
         stage_root = Path(tmp)
         for md in ROOT.glob("*.md"):
@@ -1354,7 +1383,14 @@ def _main(argv: list[str] | None = None) -> int:
     for line in grid_lines(jobs):
         print(line)
     if holder:
+        if "cost" in stages:
+            raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), which may be writing the "
+                             "cost benchmarks' files: leave cost out of --stages until it has finished.")
         unfinished = {job.stage for job in jobs if job.stage in TRAIN_STAGES and job.status() != "done"}
+        # the report covers every run dir of the stage, also those outside this command's --grid
+        unfinished |= {stage for stage in stages if stage in TRAIN_STAGES and (out / stage).is_dir()
+                       and any(run_dir.name not in ("logs", "report") and not (run_dir / "metrics.json").is_file()
+                               for run_dir in (out / stage).iterdir() if run_dir.is_dir())}
         if unfinished:
             raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), and "
                              f"{', '.join(s for s in stages if s in unfinished)} still has jobs to run: a report of it "

@@ -57,3 +57,25 @@ def test_the_published_tables_are_the_report_of_the_published_run_records(stage,
     records = {f"{stage}/{p.name}" for p in (PUB / "runs" / stage).iterdir() if p.is_dir()}
     assert records == {k for k in manifest if k.startswith(f"{stage}/")}
     assert len(records) == len(published)
+
+
+def _archived_stages() -> list[tuple[str, str]]:
+    """``(archive dir, stage)`` of each archived publication that kept its run records (``archive/<name>/runs/<stage>``)."""
+    archive = PUB / "archive"
+    return sorted((p.parent.parent.name, p.name) for p in archive.glob("*/runs/*") if p.is_dir())
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("name,stage", _archived_stages())
+def test_an_archived_table_is_the_report_of_its_archived_run_records(name, stage, tmp_path):
+    """An earlier publication moved to ``archive/<name>/`` (replaced by a re-run) stays recomputable from its records,
+    and its records are exactly the runs its archived manifest describes."""
+    folder = PUB / "archive" / name
+    jobs, swept, fixed = report.read_runs([folder / "runs" / stage])
+    report.build_report(jobs, swept, f"docs/results/cpu/archive/{name}/runs/{stage}", tmp_path, fixed=fixed)
+    assert (tmp_path / "report.csv").read_bytes() == (folder / f"{stage}.csv").read_bytes()
+    again = pd.read_csv(tmp_path / "jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
+    archived = pd.read_csv(folder / f"{stage}_jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
+    pd.testing.assert_frame_equal(again, archived)
+    manifest = json.loads((folder / "manifest.json").read_text())["jobs"]
+    assert {f"{stage}/{p.name}" for p in (folder / "runs" / stage).iterdir() if p.is_dir()} == set(manifest)

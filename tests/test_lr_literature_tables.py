@@ -109,6 +109,18 @@ def test_literature_table_from_the_published_stages(tmp_path):
     assert henry.endswith("| agree (expects cosine better) |") and "sst2: +1.20 [" in henry
 
 
+def test_literature_anchor_on_large_d_k_reads_the_largest_d_k_the_sweep_published(tmp_path):
+    """Vaswani's anchor (unscaled dot at large d_k) pairs at the sweep's largest d_k, whichever grid was published:
+    dot 2 points below scaled_dot at d_k 128 (the largest here), equal at 16."""
+    rows = [_row("sst2", a, s, x - (0.02 + 0.001 * s if a == "dot" and dk == "128" else 0.0),
+                 **{"model.head_dim": dk})
+            for dk in ("16", "128") for a in ("scaled_dot", "dot") for s, x in enumerate(BASE[:3])]
+    _write(tmp_path, "head_dim_sweep", rows)
+    vaswani = next(l for l in tables.render_literature(tmp_path).splitlines() if l.startswith("| Vaswani"))
+    assert "model.head_dim = 128 (the largest)" in vaswani and "| 128: −2.10 [" in vaswani
+    assert vaswani.endswith("| agree (expects dot worse) |")
+
+
 def test_lr_answers_of_a_dataset_the_tuned_stage_leaves_out(tmp_path):
     _write(tmp_path, "compare", _compare([0.0] * 5) + [_row("trec", a, s, 0.8) for a in ("scaled_dot", "dot")
                                                          for s in range(3)])

@@ -826,18 +826,21 @@ def render_tuned_lr(root: Path) -> str:
 #: compared with in attnbench (``compare`` vs ``against``, paired by seed), the published jobs.csv and the setting
 #: rows it is read at (``stage``, ``where``), and the direction the anchor's finding predicts for ``compare``
 #: (``expects``: better or worse); ``comparable: False`` with ``why`` where attnbench measures no counterpart
+#: a ``where`` value of :data:`LITERATURE`: the largest value of that setting the published stage holds (so an
+#: anchor about "large d_k" follows a re-run that changes the grid instead of finding no pair)
+LARGEST = "largest"
 LITERATURE = (
     {"anchor": "Vaswani et al. 2017, §3.2.1",
      "finding": "for large d_k unscaled dot products grow large and push the softmax into regions of tiny gradients; "
                 "scaling by 1/√d_k counters it (additive outperforms unscaled dot at larger d_k, after Britz et al.)",
      "verified": "quoted from the paper's text (search: pages)",
-     "compare": "dot", "against": "scaled_dot", "stage": "head_dim_sweep", "where": {"model.head_dim": "256"},
+     "compare": "dot", "against": "scaled_dot", "stage": "head_dim_sweep", "where": {"model.head_dim": LARGEST},
      "expects": "worse"},
     {"anchor": "Britz et al. 2017",
      "finding": "additive 22.10–22.47 BLEU against unscaled multiplicative 22.03 / 22.33 / 21.78 / 18.22 at "
                 "d = 128 / 256 / 512 / 1024 (WMT En→De): multiplicative falls behind at the largest d",
      "verified": "not verified: the search tools returned the paper's abstract, not its attention table",
-     "compare": "additive", "against": "dot", "stage": "head_dim_sweep", "where": {"model.head_dim": "256"},
+     "compare": "additive", "against": "dot", "stage": "head_dim_sweep", "where": {"model.head_dim": LARGEST},
      "expects": "better"},
     {"anchor": "Luong et al. 2015",
      "finding": "global attention: dot ahead of general (and concat, an additive score, behind both); local: general "
@@ -900,6 +903,9 @@ def render_literature(root: Path) -> str:
         table = _verdicts(rows, setting, baseline=a["against"])
         table = table[table["attention"] == a["compare"]]
         for key, value in a["where"].items():
+            if value == LARGEST:
+                value = str(max((r[key] for r in rows if _is_number(r.get(key))), key=float, default=""))
+                what = what.replace(f"{key} = {LARGEST}", f"{key} = {value} (the largest)")
             table = table[table[key].astype(str).map(lambda v: _num(v) == _num(value) if _is_number(v) else v == value)]
         if table.empty:
             lines.append(f"| {a['anchor']} | {a['finding']} | {what} | – | no such pair in {source} |")

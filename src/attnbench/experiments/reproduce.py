@@ -75,6 +75,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from attnbench.experiments import code_commit
 from attnbench.experiments.registry import (BASELINE, ESTIMATED_AS, REUSES, STAGES, TRAIN_STAGES, TRAINING_KEYS,
@@ -497,6 +498,25 @@ def load_manifest(out: Path) -> dict:
 _LOCK_FILE = None
 
 
+def _try_lock(path: Path) -> tuple[IO[str] | None, str | None]:
+    """Open ``path`` and take an exclusive, non-blocking ``flock`` on it: ``(open file, None)`` when taken (held
+    while the file is open), ``(None, holder)`` when another process holds it (the file's first line, else ``"a
+    process"``), ``(None, None)`` where the OS has no ``fcntl`` (not POSIX)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks here
+        return None, None
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "a process"
+        handle.close()
+        return None, holder
+    return handle, None
+
+
 def lock_results_dir(out: Path):
     """Hold ``<out>/.reproduce.lock`` (an exclusive ``flock``) for the life of this process and return its open
     file (closing it, or exiting, releases the lock); ``None`` where the OS has no ``fcntl`` (not POSIX).
@@ -509,22 +529,15 @@ def lock_results_dir(out: Path):
         SystemExit: another ``attnbench reproduce`` holds it: two at once on one results dir would start the same jobs
             and overwrite each other's ``manifest.json`` (each saves the whole of its own copy).
     """
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks here
-        return None
-    handle = open(out / ".reproduce.lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "a process"
-        handle.close()
+    handle, holder = _try_lock(out / ".reproduce.lock")
+    if holder is not None:
         raise SystemExit(f"{out} is in use by another attnbench reproduce ({holder}), or a job it started that is "
                          "still running: two at once would start the same jobs and overwrite each other's manifest.json. Wait for it (or stop it: finished "
                          "jobs are kept), or give this one its own --out. Meanwhile --dry-run works, --report-only "
                          "(and --publish) takes the stages whose every job is done, and "
-                         f"`attnbench report {out}/<stage>` reports the jobs finished so far.") from None
+                         f"`attnbench report {out}/<stage>` reports the jobs finished so far.")
+    if handle is None:
+        return None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
@@ -537,21 +550,13 @@ def lock_results_dir(out: Path):
 def results_dir_holder(out: Path) -> str | None:
     """Who holds ``<out>/.reproduce.lock`` (:func:`lock_results_dir`): its line (``pid ..., started ...``), or None
     when no process does (or the OS has no ``fcntl``). Takes the lock for an instant only."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
     path = out / ".reproduce.lock"
     if not path.is_file():
         return None
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return handle.read().strip() or "a process"
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    handle, holder = _try_lock(path)
+    if handle is not None:
+        handle.close()
+    return holder
 
 
 def save_manifest(out: Path, manifest: dict) -> None:
@@ -1081,22 +1086,15 @@ def _hold_publish_lock(device: str):
     Raises:
         PublishError: another publication holds it.
     """
-    try:
-        import fcntl
-    except ImportError:
-        return None
     git_dir = ROOT / ".git"
     if git_dir.is_file():  # a worktree: ".git" names its git dir
         git_dir = (ROOT / git_dir.read_text().split(":", 1)[1].strip()).resolve()
     if not git_dir.is_dir():
         return None
-    handle = open(git_dir / f"attnbench-publish-{device}.lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+    handle, holder = _try_lock(git_dir / f"attnbench-publish-{device}.lock")
+    if holder is not None:
         raise PublishError("another attnbench reproduce --publish is writing README.md and docs/ of this checkout; "
-                           "nothing published: run this one again when it has finished") from None
+                           "nothing published: run this one again when it has finished")
     return handle
 
 

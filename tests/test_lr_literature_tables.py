@@ -171,3 +171,19 @@ def test_d_a_table_needs_additive_at_its_default_hidden_size():
     rows = [r for r in _d_a_rows() if not (r["attention"] == "additive" and r["attention.hidden_dim"] == "null")]
     with pytest.raises(ValueError, match="no finished additive run at its default d_a"):
         tables.render_d_a(rows)
+
+
+def test_d_a_table_counts_a_baseline_twin_as_its_seed_and_takes_rates_on_one_host():
+    """A d_a run on a second host beside its scaled_dot twin there: the twin is no fourth seed (scaled_dot's mean is
+    of the per-seed means), and the rate multiple is taken per host, never between hosts."""
+    rows = [dict(r, train_host="A") for r in _d_a_rows()]
+    for r in rows:
+        if r["attention"] == "additive" and r["attention.hidden_dim"] == "512":
+            r["train_host"], r["train/cpu_share"], r["train/tokens_per_sec"] = "B", "0.99", "30"
+    rows.append(_row("sst2", "scaled_dot", 0, 0.82, **{"attention.hidden_dim": "", "model.head_dim": "32",
+                                                        "model/params": "1000", "train/tokens_per_sec": "120",
+                                                        "train/cpu_share": "1.0", "train_host": "B"}))
+    lines = [l for l in tables.render_d_a(rows).splitlines() if l.startswith("| sst2 |")]
+    base, da512 = lines[0], lines[-1]
+    assert "| 3 | 0.8033 [" in base  # seeds 0-2: (0.80 + 0.82) / 2, 0.81, 0.79
+    assert da512.endswith("| 0.25 |")  # 30 / 120 on host B, not 30 / 400 across hosts

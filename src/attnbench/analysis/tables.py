@@ -821,14 +821,14 @@ def render_tuned_lr(root: Path) -> str:
     return "\n".join(lines) + "\n" + rule + "\n"
 
 
+#: a ``where`` value of :data:`LITERATURE`: the largest value of that setting the published stage holds (so an
+#: anchor about "large d_k" follows a re-run that changes the grid instead of finding no pair)
+LARGEST = "largest"
 #: the literature's findings set beside attnbench's measurement of the same contrast: what the anchor found
 #: (``finding``; ``verified``: where the numbers were checked, or why not), the score function and the one it is
 #: compared with in attnbench (``compare`` vs ``against``, paired by seed), the published jobs.csv and the setting
 #: rows it is read at (``stage``, ``where``), and the direction the anchor's finding predicts for ``compare``
 #: (``expects``: better or worse); ``comparable: False`` with ``why`` where attnbench measures no counterpart
-#: a ``where`` value of :data:`LITERATURE`: the largest value of that setting the published stage holds (so an
-#: anchor about "large d_k" follows a re-run that changes the grid instead of finding no pair)
-LARGEST = "largest"
 LITERATURE = (
     {"anchor": "Vaswani et al. 2017, §3.2.1",
      "finding": "for large d_k unscaled dot products grow large and push the softmax into regions of tiny gradients; "
@@ -965,8 +965,10 @@ def render_d_a(rows: list[dict[str, str]]) -> str:
     """The ``d_a`` stage's ``d_a_jobs.csv`` (one row per run): per dataset, ``scaled_dot`` and ``additive`` at each
     hidden size d_a (at fixed d_k = ``model.head_dim``): parameters, test accuracy mean [95% t interval], the paired
     Δ (points, 95% interval) and verdict against ``scaled_dot`` and against ``additive`` at its default d_a = d_k
-    (:func:`attnbench.analysis.stats.equivalence`, pairs by seed), and training tokens/s as a multiple of
-    ``scaled_dot``'s (medians over the runs whose thread had its core, :func:`attnbench.analysis.stats.disturbed_runs`).
+    (:func:`attnbench.analysis.stats.equivalence`, pairs by seed; a seed's runs on several hosts, a baseline twin,
+    count as one seed, their mean), and training tokens/s as a multiple of ``scaled_dot``'s: per host the ratio of
+    the medians of the runs whose thread had its core (:func:`attnbench.analysis.stats.disturbed_runs`), the median
+    over hosts where both ran.
 
     Raises:
         ValueError: the jobs.csv lacks a column the table needs, or has no finished ``additive`` run at d_a = d_k.
@@ -1001,17 +1003,27 @@ def render_d_a(rows: list[dict[str, str]]) -> str:
     lines = [f"| data | d_k | attention | d_a | params | seeds | test acc (mean [95% CI]) | Δ vs `{BASELINE}` "
              f"(points, 95% CI) | Δ vs `{ADDITIVE}` d_a = d_k (points, 95% CI) | train tok/s × `{BASELINE}` |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    def rate_multiple(runs: Any, variant: str) -> float:
+        """Median over hosts of (variant's median rate / scaled_dot's) among one host's undisturbed runs."""
+        if "train/tokens_per_sec" not in runs:
+            return math.nan
+        ok = runs[~disturbed_runs(runs)].assign(rate=lambda f: pd.to_numeric(f["train/tokens_per_sec"], errors="coerce"))
+        hosts = ok["train_host"].fillna("") if "train_host" in ok else pd.Series("", index=ok.index)
+        ratios = [on["rate"][on["attention"] == variant].median() / on["rate"][on["attention"] == BASELINE].median()
+                  for _, on in ok.groupby(hosts)]
+        ratios = [r for r in ratios if not math.isnan(r)]
+        return float(pd.Series(ratios).median()) if ratios else math.nan
+
     done = jobs[jobs["status"] == "finished"]
     for data, runs in done.groupby("data", sort=False):
-        rate = {a: pd.to_numeric(g.loc[~disturbed_runs(g), "train/tokens_per_sec"], errors="coerce").median()
-                for a, g in runs.groupby("attention")} if "train/tokens_per_sec" in runs else {}
         shown = sorted({(r["attention"] != BASELINE, r["attention"], _d_a_of(r), _d_a_label(r))
                         for r in finished if r["data"] == data})
         for attention, d_a, variant in ((a, d, v) for _, a, d, v in shown):
             group = runs[runs["attention"] == variant]
-            mean, _, half, n = mean_ci(pd.to_numeric(group["test/acc"], errors="coerce"))
+            per_seed = pd.to_numeric(group["test/acc"], errors="coerce").groupby(group["seed"]).mean()  # twins: one
+            mean, _, half, n = mean_ci(per_seed)
             interval = "" if math.isnan(half) else f" [{mean - half:.4f}, {mean + half:.4f}]"
-            multiple = rate.get(variant, math.nan) / rate.get(BASELINE, math.nan)
+            multiple = rate_multiple(runs, variant)
             lines.append(f"| {data} | {cell(_head_dims(group), '.0f')} | `{attention}` | "
                          f"{'–' if attention != ADDITIVE else '= d_k' if d_a < 0 else f'{d_a:g}'} | "
                          f"{cell(group.get('model/params'), ',.0f')} | {n} | {mean:.4f}{interval} | "

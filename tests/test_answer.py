@@ -88,3 +88,16 @@ def test_answer_says_what_the_long_context_control_shows_by_its_verdict(tmp_path
     assert line.startswith("- **The control on long inputs:** on IMDB at n = 512 `uniform` is *worse* against "
                            "`scaled_dot` (−5.03 [")
     assert line.endswith(": attention matters there.") and "cannot rank" not in line
+
+
+def test_answer_names_every_dataset_where_the_control_is_equivalent_in_one_sentence(tmp_path):
+    rows = [r for r in _compare() if r["data"] == "sst2" and r["attention"] != "uniform"]
+    for data in ("sst2", "imdb"):
+        rows += [_run(data, "uniform", s, x + 0.001 * (s % 3 - 1)) for s, x in enumerate(BASE)]
+        if data == "imdb":
+            rows += [_run(data, "scaled_dot", s, x) for s, x in enumerate(BASE)]
+    _write(tmp_path, "compare_jobs.csv", rows)
+    accuracy = render_answer(tmp_path).splitlines()[0]
+    assert accuracy.count("The `uniform` control") == 1
+    assert ("The `uniform` control is *equivalent within ±1* on sst2 and imdb: there the task cannot tell score "
+            "functions apart.") in accuracy

@@ -63,11 +63,13 @@ def accuracy(root: Path) -> str:
         else:
             text += f" `{attention}`: " + ", ".join(f"{w} on {d}" for w, d in zip(words, group["data"])) + "."
     text += "".join(f" {word[0].upper()}{word[1:]} on every dataset: {_names(names)}." for word, names in same.items())
+    control: dict[str, list[str]] = {}
     for _, r in table[table["attention"] == CONTROL].iterrows():
-        verdict = _short(r.verdict)
-        text += (f" The `{CONTROL}` control is *{verdict}* on {r.data}"
+        control.setdefault(_short(r.verdict), []).append(str(r.data))
+    for verdict, datasets in control.items():
+        text += (f" The `{CONTROL}` control is *{verdict}* on {' and '.join(datasets)}"
                  + (": attention matters there." if verdict == "worse" else
-                    ": that dataset cannot tell score functions apart." if verdict.startswith("equivalent") else "."))
+                    ": there the task cannot tell score functions apart." if verdict.startswith("equivalent") else "."))
     if left_out:
         text += f" Left out (MDD > {DEFAULT_MARGIN:g} point): {', '.join(left_out)}."
     return text

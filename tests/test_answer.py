@@ -101,3 +101,12 @@ def test_answer_names_every_dataset_where_the_control_is_equivalent_in_one_sente
     assert accuracy.count("The `uniform` control") == 1
     assert ("The `uniform` control is *equivalent within ±1* on sst2 and imdb: there the task cannot tell score "
             "functions apart.") in accuracy
+
+
+def test_answer_links_resolve_from_the_page_that_shows_it(tmp_path):
+    """The README links to docs/cost.md; docs/results.md (``results:answer-docs``) to cost.md beside it."""
+    _write(tmp_path, "compare.csv", [{"attention": "additive", "data": "sst2", "train_tok_s_ratio": "0.5",
+                                      "test_tok_s_ratio": "0.25"}])
+    readme, docs = render_answer(tmp_path), render_answer(tmp_path, "docs")
+    assert "0.50× / 0.25× on sst2" in readme and "[Cost](docs/cost.md)" in readme
+    assert docs == readme.replace("[Cost](docs/cost.md)", "[Cost](cost.md)") and "](docs/" not in docs

@@ -205,8 +205,15 @@ def gpu(root: Path) -> str:
                            "no GPU result is published: every figure is from CPU runs."))
 
 
-def render_answer(root: Path) -> str:
-    """The bullets of :mod:`attnbench.analysis.answer`, one per published stage (or a line saying it is not)."""
+def render_answer(root: Path, page_dir: str = "") -> str:
+    """The bullets of :mod:`attnbench.analysis.answer`, one per published stage (or a line saying it is not).
+
+    Args:
+        root: the repository checkout whose ``docs/results/`` is read.
+        page_dir: the folder of the page that shows the answer, relative to ``root`` (``""``: README.md;
+            ``"docs"``: a page under docs/): the links to ``docs/...`` are made relative to it.
+    """
     bullets = [accuracy, learning_rate, cost, head_dim, hidden_size, capacity, long_context, gpu]
-    return "".join(f"- {bullet(root)}\n" for bullet in bullets)
+    text = "".join(f"- {bullet(root)}\n" for bullet in bullets)
+    return text.replace("](docs/", "](") if page_dir == "docs" else text
 

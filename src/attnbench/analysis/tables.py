@@ -18,7 +18,7 @@ model presets, the parameters of each built model; so the docs' defaults tables 
     attnbench tables --check   # exit 1 and print a diff where a table differs from its source
 
 Sources named ``results:<table>`` are rendered from several published files under ``--root``: ``results:answer``
-(the README's answer, :mod:`attnbench.analysis.answer`),
+(the README's answer, :mod:`attnbench.analysis.answer`; ``results:answer-docs``: the same with links from docs/),
 ``results:lr-answers`` (the shared-lr and tuned-lr answers side by side), ``results:tuned-lr`` (the learning rate
 each score function was tuned to), ``results:literature`` (:data:`LITERATURE` beside attnbench's measurements); a
 stage's ``<stage>_jobs.csv`` of ``compare`` or ``compare_tuned`` renders its power-and-equivalence table, and
@@ -1322,15 +1322,17 @@ def render_cost_answer(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_answer(root: Path) -> str:
-    """The answer's bullets from the published result files (:mod:`attnbench.analysis.answer`)."""
+def render_answer(root: Path, page_dir: str = "") -> str:
+    """The answer's bullets from the published result files (:mod:`attnbench.analysis.answer`), its links
+    relative to ``page_dir`` (``""``: the README; ``"docs"``: docs/results.md)."""
     from attnbench.analysis.answer import render_answer as answer
 
-    return answer(root)
+    return answer(root, page_dir)
 
 
 CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
     "results:answer": render_answer,
+    "results:answer-docs": lambda root: render_answer(root, "docs"),
     "results:lr-answers": render_lr_answers,
     "results:tuned-lr": render_tuned_lr,
     "results:literature": render_literature,

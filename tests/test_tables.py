@@ -75,6 +75,19 @@ def test_a_report_number_retyped_in_prose_must_be_in_a_generated_table(tmp_path)
     assert tables.main(["--check", "--root", str(tmp_path)]) == 0  # without generated tables there is no source
 
 
+def test_a_stage_named_before_it_is_published_says_so_and_a_lost_file_is_named(tmp_path, capsys):
+    (tmp_path / "docs" / "results" / "cpu").mkdir(parents=True)
+    page = tmp_path / "docs" / "results.md"
+    page.write_text("<!-- generated: docs/results/cpu/d_a_jobs.csv -->\n<!-- end generated -->\n")
+    assert tables.main(["--root", str(tmp_path)]) == 0
+    assert ("*The `d_a` stage has not been published: `docs/results/cpu/d_a_jobs.csv` does not exist"
+            in page.read_text())
+    page.write_text("<!-- generated: docs/results/cpu/attention_cost.json -->\n<!-- end generated -->\n")
+    capsys.readouterr()
+    assert tables.main(["--check", "--root", str(tmp_path)]) == 1  # a benchmark's file is not a stage: lost
+    assert "attention_cost.json: a generated block's source that does not exist" in capsys.readouterr().out
+
+
 def test_unknown_source_is_named():
     with pytest.raises(KeyError, match="results/nope.json"):
         tables.regenerate("<!-- generated: results/nope.json -->\n| a |\n<!-- end generated -->\n")

@@ -1391,12 +1391,16 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
 
 
 #: an archived stage table: ``docs/results/<device>/archive/<name>/<stage>.csv`` (:func:`render`)
+#: a stage's published table, ``docs/results/<device>/<stage>.csv`` or ``<stage>_jobs.csv``: rendered as "not
+#: published" while it does not exist
+STAGE_FILE = re.compile(r"docs/results/(?P<device>[^/]+)/(?P<stage>[a-z_]+?)(?:_jobs)?\.csv")
 ARCHIVED = re.compile(r"docs/results/(?P<device>[^/]+)/archive/[^/]+/(?P<stage>[^/]+)\.csv")
 
 
 def render(source: str, root: Path = REPO_ROOT) -> str:
     """The table for ``source``: a name of :data:`CONFIG_RENDERERS` (the config of ``root``), else a path
-    relative to ``root`` (an archived stage table, :data:`ARCHIVED`, renders as its stage's). A stage's report.csv without its setting column
+    relative to ``root`` (an archived stage table, :data:`ARCHIVED`, renders as its stage's; a stage's table that
+    does not exist yet, :data:`STAGE_FILE`, as a line saying it is not published). A stage's report.csv without its setting column
     (one dataset, one d_k, one length: report.py names only varying settings) takes it from the
     ``<stage>_jobs.csv`` beside it (:func:`fill_fixed_setting`). A source in :data:`COMPARED_WITH` is rendered
     against its other file (both read under ``root``).
@@ -1416,6 +1420,10 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
                        f"{sorted(RENDERERS) + sorted(CONFIG_RENDERERS)}")
     def csv_rows(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(io.StringIO((root / path).read_text(encoding="utf-8"))))
+
+    stage_file = STAGE_FILE.fullmatch(source)
+    if stage_file and not archived and not (root / source).is_file():  # a stage the page names before it is run
+        return _not_published(stage_file["stage"], stage_file["device"]) + "\n"
 
     if source in COMPARED_WITH:
         try:
@@ -1484,7 +1492,8 @@ def main(argv: list[str] | None = None) -> int:
         differ = True  # a committed result no page shows
         print(f"{source}: a result file with a renderer that no page shows: put its markers where it belongs "
               "(<!-- generated: SOURCE --> and <!-- end generated -->)")
-    missing = sorted(s for s in shown if s not in CONFIG_RENDERERS and not (args.root / s).is_file())
+    missing = sorted(s for s in shown if s not in CONFIG_RENDERERS and not (args.root / s).is_file()
+                     and not STAGE_FILE.fullmatch(s))  # a stage not yet published renders as such
     for source in missing:
         print(f"{source}: a generated block's source that does not exist (restore it, or remove the block)")
     if missing:

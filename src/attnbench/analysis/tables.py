@@ -702,9 +702,15 @@ def render_equivalence(rows: list[dict[str, str]], setting: str = "data") -> str
     from attnbench.analysis.report import equivalence_rule, hosts_text
     from attnbench.analysis.stats import DEFAULT_MARGIN
 
+    import pandas as pd
+
     table = _verdicts(rows, [setting])
     if table.empty:
         raise ValueError(f"no score function pairs with {BASELINE} by seed")
+    numeric = pd.to_numeric(table[setting], errors="coerce")
+    if numeric.notna().all():  # d_k, lengths: in numeric order (16 before 128), written as integers where they are
+        table = table.assign(**{setting: [int(v) if float(v).is_integer() else v for v in numeric]})
+        table = table.iloc[numeric.argsort(kind="stable")]
     lines = [f"| {setting} | attention | pairs | Δ vs {BASELINE} (points, 95% CI) | MDD (points) | "
              f"TOST p (±{DEFAULT_MARGIN:g}) | hosts | verdict |", "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
@@ -1035,7 +1041,8 @@ def render_d_a(rows: list[dict[str, str]]) -> str:
 
 RENDERERS.update({f"docs/results/{device}/{stage}_jobs.csv": functools.partial(render_equivalence, setting=setting)
                   for device in ("cpu", "gpu")
-                  for stage, setting in (("compare", "data"), (TUNED_STAGE, "data"), ("long_context", "data.max_length"))})
+                  for stage, setting in (("compare", "data"), (TUNED_STAGE, "data"), ("long_context", "data.max_length"),
+                                         ("head_dim_sweep", "model.head_dim"))})
 RENDERERS.update({f"docs/results/{device}/d_a_jobs.csv": render_d_a for device in ("cpu", "gpu")})
 
 

@@ -538,3 +538,15 @@ def test_cost_answer_takes_every_figure_from_its_result_files(tmp_path):
     assert "n^1.90–1.95 for the matrix-multiply scores, n^2.10 for `additive`" in text
     assert "**0.80×** `scaled_dot`'s tokens/s, best of 2 interleaved runs each (round by round 0.50–0.80×)" in text
     assert "**0.55×** against 2 threads each, 300 steps a job (55 s against 100 s; equal test accuracy in 2 of 2" in text
+
+
+def test_release_check_table_counts_each_stage_and_names_one_never_checked(tmp_path):
+    pub = tmp_path / "docs" / "results" / "cpu"
+    pub.mkdir(parents=True)
+    row = {"commit": "aaa", "stage": "capacity", "overrides": {}, "identical": True, "head": "hhh"}
+    (pub / "training_code_check.json").write_text(json.dumps({"meta": {"steps": 60, "seed": 0}, "checks": [
+        row, {**row, "attention": "additive"}, {**row, "commit": "bbb", "identical": False}]}))
+    (pub / "manifest.json").write_text(json.dumps({"jobs": {"capacity/x": {}, "d_a/y": {}, "cost/attention": {}}}))
+    lines = tables.render_release_check(tmp_path).splitlines()
+    assert lines[2] == "| `capacity` | 2 | 2 of 3 | `hhh` | `additive` |"
+    assert lines[3] == "| `d_a` | none | – | – | – |" and not any("`cost`" in line for line in lines)

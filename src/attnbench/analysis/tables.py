@@ -886,6 +886,42 @@ def literature_verdict(table: Any, expects: str) -> str:
     return "agree" if along else "disagree" if against else "not resolved"
 
 
+def render_release_check(root: Path, device: str = "cpu") -> str:
+    """Per published stage, what the release check (``scripts/check_training_code.py``, its record
+    ``docs/results/<device>/training_code_check.json``) found: how many (commit, configuration, score function)
+    checks trained bit for bit as the code they were checked against (each row's ``head``), over how many of the
+    stage's commits, and which score functions beyond ``scaled_dot`` had their own check. A stage of the manifest
+    with no row says so."""
+    path = root / "docs" / "results" / device / "training_code_check.json"
+    manifest_path = root / "docs" / "results" / device / "manifest.json"
+    if not path.is_file():
+        return f"*No release check is recorded: `{path.relative_to(root)}` does not exist.*\n"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    from attnbench.experiments.registry import TRAIN_STAGES
+
+    stages = ({key.split("/", 1)[0] for key in json.loads(manifest_path.read_text(encoding="utf-8"))["jobs"]}
+              if manifest_path.is_file() else set()) & set(TRAIN_STAGES)  # cost: benchmarks, no training
+    rows = record["checks"]
+    lines = ["| stage | commits of its runs checked | checks identical | checked against | score functions "
+             "checked beyond `scaled_dot` |", "|---|---|---|---|---|"]
+    for stage in sorted(set(stages) | {r["stage"] for r in rows}):
+        mine = [r for r in rows if r["stage"] == stage]
+        if not mine:
+            lines.append(f"| `{stage}` | none | – | – | – |")
+            continue
+        others = sorted({r.get("attention", BASELINE) for r in mine} - {BASELINE})
+        lines.append(f"| `{stage}` | {len({r['commit'] for r in mine})} | "
+                     f"{sum(bool(r['identical']) for r in mine)} of {len(mine)} | "
+                     f"{', '.join(f'`{h}`' for h in sorted({r['head'] for r in mine}))} | "
+                     f"{', '.join(f'`{a}`' for a in others) or '–'} |")
+    meta = record.get("meta", {})
+    lines += ["", f"Each check trains {meta.get('steps', '?')} steps (seed {meta.get('seed', '?')}) at the run's commit "
+                  "and at the code it was checked against, and compares every weight and every logged value; the "
+                  f"latest run of the check: `{meta.get('command', '?')}`, {meta.get('processor', '?')}, torch "
+                  f"{meta.get('torch', '?')}."]
+    return "\n".join(lines) + "\n"
+
+
 def render_literature(root: Path) -> str:
     """The literature's findings (:data:`LITERATURE`) beside attnbench's paired measurement of the same contrast in
     the published jobs.csv, with agree / disagree / not resolved (:func:`literature_verdict`) or *not comparable*
@@ -1343,6 +1379,7 @@ CONFIG_RENDERERS: dict[str, Callable[[Path], str]] = {
     "results:lr-answers": render_lr_answers,
     "results:tuned-lr": render_tuned_lr,
     "results:literature": render_literature,
+    "results:release-check": render_release_check,
     "config:groups": render_config_groups,
     "config:defaults": render_run_defaults,
     "config:data-defaults": render_data_defaults,

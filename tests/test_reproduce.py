@@ -1134,3 +1134,25 @@ def test_a_second_publication_at_once_is_refused_and_writes_nothing(tmp_path, mo
     with pytest.raises(reproduce.PublishError, match="no stage of compare has results"):  # free again
         reproduce.publish(["compare"], tmp_path / "out", "cpu", started=0.0)
     assert sorted(p.name for p in repo.iterdir()) == [".git", "README.md", "docs"]
+
+
+def test_from_progress_restores_the_kept_re_run_and_leaves_older_published_runs_to_run_again(tmp_path, monkeypatch):
+    """A re-run on new code continued on another machine: --from-published would count the stage's published runs
+    (of the older code) as done and skip them; --from-progress restores only what --save-progress kept."""
+    repo = tmp_path / "repo"
+    pub = repo / "docs" / "results" / "cpu"
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    published = {"jobs": {}}
+    for name in ("dot-trec-s0", "scaled_dot-trec-s0"):
+        _record(pub / "runs", f"compare/{name}", 0.50, "old", published)
+    (pub / "manifest.json").write_text(json.dumps(published))
+    rerun, manifest = tmp_path / "rerun", {"jobs": {}}
+    _record(rerun, "compare/scaled_dot-trec-s0", 0.99, "new", manifest)
+    assert reproduce.save_progress(["compare"], rerun, "cpu", manifest) == ["compare/scaled_dot-trec-s0"]
+    fresh, restored = tmp_path / "fresh", {"jobs": {}}
+    assert reproduce.restore_published_runs(["compare"], fresh, "cpu", restored, published=False) == [
+        "compare/scaled_dot-trec-s0"]
+    assert restored["jobs"]["compare/scaled_dot-trec-s0"]["commits"] == ["new"]
+    assert not (fresh / "compare" / "dot-trec-s0").exists()  # the old run is not taken as done: it runs again
+    assert reproduce.restore_published_runs(["compare"], tmp_path / "all", "cpu", {"jobs": {}}) == [
+        "compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]

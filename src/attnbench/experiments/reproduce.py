@@ -951,33 +951,35 @@ def report_run_dirs(stage_dir: Path) -> list[Path]:
         return [Path(row["dir"]) for row in csv.DictReader(f) if row.get("dir")]
 
 
-def _record_sources(device: str) -> list[tuple[Path, dict]]:
+def _record_sources(device: str, published: bool = True) -> list[tuple[Path, dict]]:
     """Where run records are kept, in the order ``--from-published`` takes them: the unpublished ones
     ``--save-progress`` kept (``docs/results/<device>/progress/runs/``, ``progress/manifest.json``), which it keeps
-    only when they are not the published run, then the published ones (``docs/results/<device>/runs/``,
-    ``manifest.json``); each with its manifest."""
+    only when they are not the published run, then (with ``published``) the published ones
+    (``docs/results/<device>/runs/``, ``manifest.json``); each with its manifest."""
     pub = ROOT / "docs" / "results" / device
     sources = []
-    for root in (pub / PROGRESS, pub):  # progress first: kept after the publication, so newer where both hold a run
+    for root in (pub / PROGRESS, pub)[:2 if published else 1]:  # progress first: kept after the publication, so
+        # newer where both hold a run
         manifest = root / "manifest.json"
         sources.append((root, json.loads(manifest.read_text()) if manifest.is_file() else {}))
     return sources
 
 
-def restore_published_runs(stages: list[str], out: Path, device: str, manifest: dict, dry_run: bool = False
-                           ) -> list[str]:
+def restore_published_runs(stages: list[str], out: Path, device: str, manifest: dict, dry_run: bool = False,
+                           published: bool = True) -> list[str]:
     """``--from-published``: copy every kept run record (the unpublished ones of ``progress/runs/``, then
     ``docs/results/<device>/runs/<stage>/<run>``: :func:`_record_sources`) whose run ``<out>/<stage>/<run>`` does
     not exist into ``<out>``, with its manifest record (``restored_from`` added) into ``manifest``; the plan then
     counts a finished one done (a failed or unfinished one runs again, from the start), and the next report and
-    publication include it as it was. Returns ``<stage>/<run>`` of every run restored (with
-    ``dry_run``: that would be; nothing copied).
+    publication include it as it was. Without ``published`` (``--from-progress``) only the ``progress/`` records:
+    a re-run on new code continues without taking the stage's published runs, of older code, as done. Returns
+    ``<stage>/<run>`` of every run restored (with ``dry_run``: that would be; nothing copied).
 
     Raises:
         SystemExit: a kept run record has no record in its manifest (its commit is unknown); nothing is copied.
     """
     todo: dict[str, tuple[Path, dict]] = {}
-    for root, kept in _record_sources(device):
+    for root, kept in _record_sources(device, published):
         for stage in stages:
             for run in sorted(p for p in (root / "runs" / stage).glob("*") if p.is_dir()):  # finished or not
                 if not (out / stage / run.name).exists():
@@ -1308,6 +1310,10 @@ def _main(argv: list[str] | None = None) -> int:
                              "written by --publish, then progress/runs/, by --save-progress) that <out> lacks into "
                              "<out>, with their manifest records: continue a reproduction on another machine, or "
                              "re-report published runs")
+    parser.add_argument("--from-progress", action="store_true",
+                        help="as --from-published, but only the records --save-progress kept (progress/runs/): "
+                             "continue a re-run whose stages' published runs are of older code, which would "
+                             "otherwise count as done")
     parser.add_argument("--save-progress", action="store_true",
                         help="run no job: keep the records of the stages' finished runs that are not published "
                              "in docs/results/<device>/progress/ (commit them; --from-published restores them "
@@ -1320,7 +1326,12 @@ def _main(argv: list[str] | None = None) -> int:
                         help="write docs/results/reproduce_seconds_<device>.json from the finished jobs in --out")
     args = parser.parse_args(argv)
     ROOT = (args.root or Path.cwd()).resolve()
-    needs_docs = [flag for flag, on in (("--publish", args.publish), ("--from-published", args.from_published),
+    if args.from_published and args.from_progress:
+        parser.error("--from-published and --from-progress: choose one (--from-progress restores only the records "
+                     "--save-progress kept)")
+    restore = "--from-published" if args.from_published else "--from-progress" if args.from_progress else None
+    args.from_published = restore is not None  # either restores; --from-progress leaves the published runs out
+    needs_docs = [flag for flag, on in (("--publish", args.publish), (restore, restore is not None),
                                         ("--save-progress", args.save_progress),
                                         ("--write-estimates", args.write_estimates)) if on]
     if needs_docs and not (ROOT / "docs" / "results").is_dir():
@@ -1356,10 +1367,10 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if args.from_published:
         restored = restore_published_runs([s for s in stages if s in TRAIN_STAGES], out, args.device, manifest,
-                                          dry_run=args.dry_run)
+                                          dry_run=args.dry_run, published=not args.from_progress)
         if not args.dry_run:
             save_manifest(out, manifest)
-        print(f"--from-published: {'would restore' if args.dry_run else 'restored'} {len(restored)} published run(s) "
+        print(f"{restore}: {'would restore' if args.dry_run else 'restored'} {len(restored)} kept run(s) "
               f"into {out}" + (" (the plan below counts them as still to run)" if args.dry_run and restored else ""))
     print(f"attnbench reproduce: planning {', '.join(stages)} (Hydra composes each job's config: a few "
           "seconds per 10 jobs)...", flush=True)

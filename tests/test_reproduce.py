@@ -1156,3 +1156,18 @@ def test_from_progress_restores_the_kept_re_run_and_leaves_older_published_runs_
     assert not (fresh / "compare" / "dot-trec-s0").exists()  # the old run is not taken as done: it runs again
     assert reproduce.restore_published_runs(["compare"], tmp_path / "all", "cpu", {"jobs": {}}) == [
         "compare/dot-trec-s0", "compare/scaled_dot-trec-s0"]
+
+
+def test_the_plan_names_done_jobs_of_other_commits(tmp_path):
+    """A results dir continued on newer code (or restored from another reproduction) counts its finished runs as
+    done: the plan says how many ran on which other commit, so that no one reads them as this code's unchecked."""
+    jobs = [reproduce.Job("compare", {"attention": a, "seed": "0"}, tmp_path / "compare" / f"{a}-s0")
+            for a in ("dot", "scaled_dot", "cosine")]
+    for job in jobs[:2]:
+        job.run_dir.mkdir(parents=True)
+        (job.run_dir / "metrics.json").write_text("{}")
+    manifest = {"jobs": {"compare/dot-s0": {"commits": ["aaa", "bbb+dirty"]},
+                         "compare/scaled_dot-s0": {"commits": ["bbb"]}, "compare/cosine-s0": {"commits": ["ccc"]}}}
+    assert reproduce.done_on_other_commits(jobs, manifest, "bbb+dirty") == {"aaa": ["compare/dot-s0"]}
+    assert reproduce.done_on_other_commits(jobs, manifest, "ddd") == {
+        "aaa": ["compare/dot-s0"], "bbb": ["compare/dot-s0", "compare/scaled_dot-s0"]}  # cosine: not done

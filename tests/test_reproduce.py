@@ -1171,3 +1171,9 @@ def test_the_plan_names_done_jobs_of_other_commits(tmp_path):
     assert reproduce.done_on_other_commits(jobs, manifest, "bbb+dirty") == {"aaa": ["compare/dot-s0"]}
     assert reproduce.done_on_other_commits(jobs, manifest, "ddd") == {
         "aaa": ["compare/dot-s0"], "bbb": ["compare/dot-s0", "compare/scaled_dot-s0"]}  # cosine: not done
+
+
+def test_from_progress_and_from_published_are_one_choice(capsys):
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(["--from-progress", "--from-published", "--dry-run"])
+    assert stop.value.code == 2 and "choose one" in capsys.readouterr().err

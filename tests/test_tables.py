@@ -82,10 +82,14 @@ def test_a_stage_named_before_it_is_published_says_so_and_a_lost_file_is_named(t
     assert tables.main(["--root", str(tmp_path)]) == 0
     assert ("*The `d_a` stage has not been published: `docs/results/cpu/d_a_jobs.csv` does not exist"
             in page.read_text())
-    page.write_text("<!-- generated: docs/results/cpu/attention_cost.json -->\n<!-- end generated -->\n")
-    capsys.readouterr()
-    assert tables.main(["--check", "--root", str(tmp_path)]) == 1  # a benchmark's file is not a stage: lost
-    assert "attention_cost.json: a generated block's source that does not exist" in capsys.readouterr().out
+    for lost, why in (("attention_cost.json", "a benchmark's file is not a stage"),
+                      ("compare.csv", "its stage is published (compare_jobs.csv): lost, not unpublished"),
+                      ("compre_jobs.csv", "no renderer: a typo, named")):
+        (tmp_path / "docs" / "results" / "cpu" / "compare_jobs.csv").write_text("status\n")
+        page.write_text(f"<!-- generated: docs/results/cpu/{lost} -->\n<!-- end generated -->\n")
+        capsys.readouterr()
+        assert tables.main(["--check", "--root", str(tmp_path)]) == 1, why
+        assert f"{lost}: a generated block's source that does not exist" in capsys.readouterr().out, why
 
 
 def test_unknown_source_is_named():
@@ -545,8 +549,21 @@ def test_release_check_table_counts_each_stage_and_names_one_never_checked(tmp_p
     pub.mkdir(parents=True)
     row = {"commit": "aaa", "stage": "capacity", "overrides": {}, "identical": True, "head": "hhh"}
     (pub / "training_code_check.json").write_text(json.dumps({"meta": {"steps": 60, "seed": 0}, "checks": [
-        row, {**row, "attention": "additive"}, {**row, "commit": "bbb", "identical": False}]}))
-    (pub / "manifest.json").write_text(json.dumps({"jobs": {"capacity/x": {}, "d_a/y": {}, "cost/attention": {}}}))
+        row, {**row, "attention": "additive"}, {**row, "commit": "bbb", "identical": False},
+        {**row, "commit": "old"}]}))  # "old": a replaced run's commit, no longer in the manifest
+    (pub / "manifest.json").write_text(json.dumps({"jobs": {
+        "capacity/x": {"commits": ["aaa", "bbb+dirty"]}, "capacity/y": {"commits": ["ccc"]},
+        "d_a/y": {"commits": ["ddd"]}, "cost/attention": {"commits": ["aaa"]}}}))
     lines = tables.render_release_check(tmp_path).splitlines()
-    assert lines[2] == "| `capacity` | 2 | 2 of 3 | `hhh` | `additive` |"
-    assert lines[3] == "| `d_a` | none | – | – | – |" and not any("`cost`" in line for line in lines)
+    assert lines[2] == "| `capacity` | 2 of 3 | 2 of 3 | `hhh` | `additive` |"  # ccc never checked
+    assert lines[3] == "| `d_a` | none of 1 | – | – | – |" and not any("`cost`" in line for line in lines)
+
+
+def test_equivalence_settings_in_numeric_order():
+    rows = [{"status": "finished", "model.head_dim": d, "attention": a, "seed": str(s), "test/acc": str(acc + e),
+             "train_host": ""}
+            for d in ("128", "16") for s, e in enumerate((0.0, 0.01, -0.01))
+            for a, acc in (("scaled_dot", 0.8), ("dot", 0.79 + 0.001 * s))]
+    body = [line for line in tables.render_equivalence(rows, setting="model.head_dim").splitlines()
+            if line.startswith("| 1")]
+    assert [line.split(" | ")[0] for line in body] == ["| 16", "| 128"]

@@ -708,9 +708,8 @@ def render_equivalence(rows: list[dict[str, str]], setting: str = "data") -> str
     if table.empty:
         raise ValueError(f"no score function pairs with {BASELINE} by seed")
     numeric = pd.to_numeric(table[setting], errors="coerce")
-    if numeric.notna().all():  # d_k, lengths: in numeric order (16 before 128), written as integers where they are
-        table = table.assign(**{setting: [int(v) if float(v).is_integer() else v for v in numeric]})
-        table = table.iloc[numeric.argsort(kind="stable")]
+    if numeric.notna().all():  # d_k, lengths: in numeric order (16 before 128), each value written as it was
+        table = table.iloc[numeric.to_numpy().argsort(kind="stable")]
     lines = [f"| {setting} | attention | pairs | Δ vs {BASELINE} (points, 95% CI) | MDD (points) | "
              f"TOST p (±{DEFAULT_MARGIN:g}) | hosts | verdict |", "|---|---|---|---|---|---|---|---|"]
     for _, r in table.iterrows():
@@ -889,9 +888,9 @@ def literature_verdict(table: Any, expects: str) -> str:
 def render_release_check(root: Path, device: str = "cpu") -> str:
     """Per published stage, what the release check (``scripts/check_training_code.py``, its record
     ``docs/results/<device>/training_code_check.json``) found: how many (commit, configuration, score function)
-    checks trained bit for bit as the code they were checked against (each row's ``head``), over how many of the
-    stage's commits, and which score functions beyond ``scaled_dot`` had their own check. A stage of the manifest
-    with no row says so."""
+    checks trained bit for bit as the code they were checked against (each row's ``head``), how many of the
+    commits its published runs (the manifest) ran on were checked, and which score functions beyond ``scaled_dot``
+    had their own check. Rows of commits no published run names (a replaced run's) are left out."""
     path = root / "docs" / "results" / device / "training_code_check.json"
     manifest_path = root / "docs" / "results" / device / "manifest.json"
     if not path.is_file():
@@ -899,18 +898,20 @@ def render_release_check(root: Path, device: str = "cpu") -> str:
     record = json.loads(path.read_text(encoding="utf-8"))
     from attnbench.experiments.registry import TRAIN_STAGES
 
-    stages = ({key.split("/", 1)[0] for key in json.loads(manifest_path.read_text(encoding="utf-8"))["jobs"]}
-              if manifest_path.is_file() else set()) & set(TRAIN_STAGES)  # cost: benchmarks, no training
+    jobs = json.loads(manifest_path.read_text(encoding="utf-8"))["jobs"] if manifest_path.is_file() else {}
+    stages = {key.split("/", 1)[0] for key in jobs} & set(TRAIN_STAGES)  # cost: benchmarks, no training
     rows = record["checks"]
     lines = ["| stage | commits of its runs checked | checks identical | checked against | score functions "
              "checked beyond `scaled_dot` |", "|---|---|---|---|---|"]
-    for stage in sorted(set(stages) | {r["stage"] for r in rows}):
-        mine = [r for r in rows if r["stage"] == stage]
+    for stage in sorted(stages):
+        commits = {c.split("+")[0] for key, job in jobs.items() if key.startswith(f"{stage}/")
+                   for c in job.get("commits", [])}
+        mine = [r for r in rows if r["stage"] == stage and r["commit"] in commits]  # not a replaced run's
         if not mine:
-            lines.append(f"| `{stage}` | none | – | – | – |")
+            lines.append(f"| `{stage}` | none of {len(commits)} | – | – | – |")
             continue
         others = sorted({r.get("attention", BASELINE) for r in mine} - {BASELINE})
-        lines.append(f"| `{stage}` | {len({r['commit'] for r in mine})} | "
+        lines.append(f"| `{stage}` | {len({r['commit'] for r in mine})} of {len(commits)} | "
                      f"{sum(bool(r['identical']) for r in mine)} of {len(mine)} | "
                      f"{', '.join(f'`{h}`' for h in sorted({r['head'] for r in mine}))} | "
                      f"{', '.join(f'`{a}`' for a in others) or '–'} |")
@@ -1438,6 +1439,23 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
 #: a stage's published table, ``docs/results/<device>/<stage>.csv`` or ``<stage>_jobs.csv``: rendered as "not
 #: published" while it does not exist
 STAGE_FILE = re.compile(r"docs/results/(?P<device>[^/]+)/(?P<stage>[a-z_]+?)(?:_jobs)?\.csv")
+
+
+def unpublished_stage(source: str, root: Path) -> tuple[str, str] | None:
+    """``(stage, device)`` where ``source`` is a stage's table with a renderer (:data:`STAGE_FILE`) and the stage was
+    never published: neither ``<stage>.csv`` nor ``<stage>_jobs.csv`` exists and the published manifest has no job
+    of it. A stage with one of them, or with jobs, whose file is missing has lost it: None, as for any other
+    source."""
+    found = STAGE_FILE.fullmatch(source)
+    if not found or source not in RENDERERS:
+        return None
+    stage, device = found["stage"], found["device"]
+    folder = root / "docs" / "results" / device
+    if (folder / f"{stage}.csv").is_file() or (folder / f"{stage}_jobs.csv").is_file():
+        return None
+    manifest = folder / "manifest.json"
+    jobs = json.loads(manifest.read_text(encoding="utf-8")).get("jobs", {}) if manifest.is_file() else {}
+    return None if any(key.startswith(f"{stage}/") for key in jobs) else (stage, device)
 ARCHIVED = re.compile(r"docs/results/(?P<device>[^/]+)/archive/[^/]+/(?P<stage>[^/]+)\.csv")
 
 
@@ -1465,9 +1483,9 @@ def render(source: str, root: Path = REPO_ROOT) -> str:
     def csv_rows(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(io.StringIO((root / path).read_text(encoding="utf-8"))))
 
-    stage_file = STAGE_FILE.fullmatch(source)
-    if stage_file and not archived and not (root / source).is_file():  # a stage the page names before it is run
-        return _not_published(stage_file["stage"], stage_file["device"]) + "\n"
+    unpublished = unpublished_stage(source, root)
+    if unpublished:  # a stage the page names before it is run
+        return _not_published(*unpublished) + "\n"
 
     if source in COMPARED_WITH:
         try:
@@ -1537,7 +1555,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{source}: a result file with a renderer that no page shows: put its markers where it belongs "
               "(<!-- generated: SOURCE --> and <!-- end generated -->)")
     missing = sorted(s for s in shown if s not in CONFIG_RENDERERS and not (args.root / s).is_file()
-                     and not STAGE_FILE.fullmatch(s))  # a stage not yet published renders as such
+                     and not unpublished_stage(s, args.root))  # a stage not yet published renders as such
     for source in missing:
         print(f"{source}: a generated block's source that does not exist (restore it, or remove the block)")
     if missing:

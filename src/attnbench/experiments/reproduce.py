@@ -83,8 +83,8 @@ from attnbench.experiments.registry import (BASELINE, ESTIMATED_AS, REUSES, STAG
 from attnbench.paths import write_text_atomically
 
 #: the folder the command works in (``--root``, default: the current directory): the jobs run there, the default
-#: ``--out`` is ``results/<device>`` under it, and ``--publish``, ``--from-published``, ``--save-progress`` and
-#: ``--write-estimates`` read and write its ``docs/results/`` (a checkout of the repository)
+#: ``--out`` is ``results/<device>`` under it, and ``--publish``, ``--from-published``, ``--from-progress``,
+#: ``--save-progress`` and ``--write-estimates`` read and write its ``docs/results/`` (a checkout of the repository)
 ROOT = Path.cwd()
 #: keys of a job's grid overrides that make its setting (besides the score function); seed is a replicate
 SETTING_KEYS = ("data", "data.num_pairs", "model.head_dim", "data.max_length", "attention.hidden_dim", "optim.lr")
@@ -930,12 +930,12 @@ def report(stage: str, out: Path) -> bool:
 
 #: the files of a run its report reads (``attnbench report``: ``read_job``): published with the report as the run's
 #: record, under ``docs/results/<device>/runs/<stage>/<run>/``, so the published tables can be recomputed from the
-#: repository and a reproduction continued on another machine (``--from-published``); checkpoints, W&B files and
-#: logs stay in ``<out>``
+#: repository and a reproduction continued on another machine (``--from-published``, ``--from-progress``);
+#: checkpoints, W&B files and logs stay in ``<out>``
 #: ``docs/results/<device>/<PROGRESS>/``: records of finished runs not yet published (``--save-progress``)
 PROGRESS = "progress"
 PROGRESS_NOTE = ("records of finished runs not yet published, kept by attnbench reproduce --save-progress so that "
-                 "a reproduction can continue on another machine (--from-published restores them); not Results")
+                 "a reproduction can continue on another machine (--from-progress restores them); not Results")
 RUN_RECORD_FILES = ("metrics.json", "failure.json", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
                     "csv/metrics*.csv")
 
@@ -1000,7 +1000,7 @@ def restore_published_runs(stages: list[str], out: Path, device: str, manifest: 
                     todo.setdefault(f"{stage}/{run.name}", (run, kept))
     unknown = [key for key, (_, kept) in todo.items() if key not in kept.get("jobs", {})]
     if unknown:  # checked before anything is copied
-        raise SystemExit(f"--from-published: {todo[unknown[0]][0]} has no record in the manifest.json beside its "
+        raise SystemExit(f"--from-{'published' if published else 'progress'}: {todo[unknown[0]][0]} has no record in the manifest.json beside its "
                          f"runs/ ({len(unknown)} run(s) so); its commit and command are unknown, so nothing was "
                          "restored")
     for key, (run, kept) in todo.items():
@@ -1014,9 +1014,9 @@ def save_progress(stages: list[str], out: Path, device: str, manifest: dict) -> 
     """``--save-progress``: keep the record of every finished run of ``stages`` in ``<out>`` (its ``metrics.json``
     written) in ``docs/results/<device>/progress/runs/<stage>/<run>/`` with its manifest record in
     ``progress/manifest.json``, unless the published records hold that run from the same commits; commit them, and
-    ``--from-published`` restores them on another machine (a reproduction that outlasts one machine). A run a later
-    ``--publish`` reports leaves ``progress/`` (its record is then in ``runs/``); the others stay. Returns ``<stage>/<run>`` of the runs kept
-    by this call."""
+    ``--from-progress`` (or ``--from-published``) restores them on another machine (a reproduction that outlasts
+    one machine). A run a later ``--publish`` reports leaves ``progress/`` (its record is then in ``runs/``); the
+    others stay. Returns ``<stage>/<run>`` of the runs kept by this call."""
     (progress, kept), (pub, published) = _record_sources(device)
     kept = {"what": PROGRESS_NOTE, **kept, "jobs": dict(kept.get("jobs", {}))}
     saved = []
@@ -1299,8 +1299,8 @@ def _main(argv: list[str] | None = None) -> int:
                         help="cpu: every job with trainer=cpu; gpu: the experiments' own trainer=gpu (bf16)")
     parser.add_argument("--out", type=Path, default=None, help="results dir (default: <root>/results/<device>)")
     parser.add_argument("--root", type=Path, default=None,
-                        help="where the jobs run and, for --publish, --from-published, --save-progress and "
-                             "--write-estimates, the repository checkout whose docs/results/ they use (default: the "
+                        help="where the jobs run and, for --publish, --from-published, --from-progress, "
+                             "--save-progress and --write-estimates, the repository checkout whose docs/results/ they use (default: the "
                              "current directory)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -1330,7 +1330,7 @@ def _main(argv: list[str] | None = None) -> int:
                              "otherwise count as done")
     parser.add_argument("--save-progress", action="store_true",
                         help="run no job: keep the records of the stages' finished runs that are not published "
-                             "in docs/results/<device>/progress/ (commit them; --from-published restores them "
+                             "in docs/results/<device>/progress/ (commit them; --from-progress restores them "
                              "on another machine)")
     parser.add_argument("--no-baseline-twins", action="store_true",
                         help=f"do not run a {BASELINE} job again on this machine beside a job whose {BASELINE} twin "
@@ -1405,7 +1405,7 @@ def _main(argv: list[str] | None = None) -> int:
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
     older = done_on_other_commits(jobs, manifest, commit)
     if older:
-        print(f"{sum(len(v) for v in older.values())} done job(s) trained on other commits than {commit} ("
+        print(f"{len({key for keys in older.values() for key in keys})} done job(s) trained on other commits than {commit} ("
               + ", ".join(f"{c}: {len(v)}" for c, v in sorted(older.items())[:4]) + (" ..." if len(older) > 4 else "")
               + "): they count as done; whether those commits train as this code does is the release check's to "
               "say (scripts/check_training_code.py)")

@@ -699,10 +699,10 @@ def render_equivalence(rows: list[dict[str, str]], setting: str = "data") -> str
     ``scaled_dot`` in points with its 95% interval, the minimum detectable difference at 80% power, the TOST p at
     the default margin, the hosts and the verdict (:func:`attnbench.analysis.stats.equivalence`; the rule
     :func:`attnbench.analysis.report.equivalence_rule` under the table)."""
+    import pandas as pd
+
     from attnbench.analysis.report import equivalence_rule, hosts_text
     from attnbench.analysis.stats import DEFAULT_MARGIN
-
-    import pandas as pd
 
     table = _verdicts(rows, [setting])
     if table.empty:
@@ -895,9 +895,9 @@ def render_release_check(root: Path, device: str = "cpu") -> str:
     manifest_path = root / "docs" / "results" / device / "manifest.json"
     if not path.is_file():
         return f"*No release check is recorded: `{path.relative_to(root)}` does not exist.*\n"
-    record = json.loads(path.read_text(encoding="utf-8"))
     from attnbench.experiments.registry import TRAIN_STAGES
 
+    record = json.loads(path.read_text(encoding="utf-8"))
     jobs = json.loads(manifest_path.read_text(encoding="utf-8"))["jobs"] if manifest_path.is_file() else {}
     stages = {key.split("/", 1)[0] for key in jobs} & set(TRAIN_STAGES)  # cost: benchmarks, no training
     rows = record["checks"]
@@ -1435,7 +1435,6 @@ def fill_fixed_setting(rows: list[dict[str, str]], jobs_rows: list[dict[str, str
     return [{key: values[0], **row} for row in rows]
 
 
-#: an archived stage table: ``docs/results/<device>/archive/<name>/<stage>.csv`` (:func:`render`)
 #: a stage's published table, ``docs/results/<device>/<stage>.csv`` or ``<stage>_jobs.csv``: rendered as "not
 #: published" while it does not exist
 STAGE_FILE = re.compile(r"docs/results/(?P<device>[^/]+)/(?P<stage>[a-z_]+?)(?:_jobs)?\.csv")
@@ -1456,6 +1455,9 @@ def unpublished_stage(source: str, root: Path) -> tuple[str, str] | None:
     manifest = folder / "manifest.json"
     jobs = json.loads(manifest.read_text(encoding="utf-8")).get("jobs", {}) if manifest.is_file() else {}
     return None if any(key.startswith(f"{stage}/") for key in jobs) else (stage, device)
+
+
+#: an archived stage table: ``docs/results/<device>/archive/<name>/<stage>.csv`` (:func:`render`)
 ARCHIVED = re.compile(r"docs/results/(?P<device>[^/]+)/archive/[^/]+/(?P<stage>[^/]+)\.csv")
 
 

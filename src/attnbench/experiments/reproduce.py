@@ -1000,8 +1000,8 @@ def restore_published_runs(stages: list[str], out: Path, device: str, manifest: 
                     todo.setdefault(f"{stage}/{run.name}", (run, kept))
     unknown = [key for key, (_, kept) in todo.items() if key not in kept.get("jobs", {})]
     if unknown:  # checked before anything is copied
-        raise SystemExit(f"--from-{'published' if published else 'progress'}: {todo[unknown[0]][0]} has no record in the manifest.json beside its "
-                         f"runs/ ({len(unknown)} run(s) so); its commit and command are unknown, so nothing was "
+        raise SystemExit(f"--from-{'published' if published else 'progress'}: {todo[unknown[0]][0]} has no record "
+                         f"in the manifest.json beside its runs/ ({len(unknown)} run(s) so); its commit and command are unknown, so nothing was "
                          "restored")
     for key, (run, kept) in todo.items():
         if not dry_run:
@@ -1300,8 +1300,8 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="results dir (default: <root>/results/<device>)")
     parser.add_argument("--root", type=Path, default=None,
                         help="where the jobs run and, for --publish, --from-published, --from-progress, "
-                             "--save-progress and --write-estimates, the repository checkout whose docs/results/ they use (default: the "
-                             "current directory)")
+                             "--save-progress and --write-estimates, the repository checkout whose docs/results/ "
+                             "they use (default: the current directory)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                         help="replace (or add) one swept key's values, e.g. --grid seed=0,1 (repeatable)")
@@ -1405,7 +1405,8 @@ def _main(argv: list[str] | None = None) -> int:
     print_plan(jobs, table, stages, out, args.jobs, report_only=args.report_only, device=args.device)
     older = done_on_other_commits(jobs, manifest, commit)
     if older:
-        print(f"{len({key for keys in older.values() for key in keys})} done job(s) trained on other commits than {commit} ("
+        print(f"{len({key for keys in older.values() for key in keys})} done job(s) trained on other commits than "
+              f"{commit} ("
               + ", ".join(f"{c}: {len(v)}" for c, v in sorted(older.items())[:4]) + (" ..." if len(older) > 4 else "")
               + "): they count as done; whether those commits train as this code does is the release check's to "
               "say (scripts/check_training_code.py)")

@@ -972,8 +972,8 @@ def _record_sources(device: str, published: bool = True) -> list[tuple[Path, dic
     (``docs/results/<device>/runs/``, ``manifest.json``); each with its manifest."""
     pub = ROOT / "docs" / "results" / device
     sources = []
-    for root in (pub / PROGRESS, pub)[:2 if published else 1]:  # progress first: kept after the publication, so
-        # newer where both hold a run
+    # progress first: kept after the publication, so newer where both hold a run
+    for root in (pub / PROGRESS, pub) if published else (pub / PROGRESS,):
         manifest = root / "manifest.json"
         sources.append((root, json.loads(manifest.read_text()) if manifest.is_file() else {}))
     return sources
